@@ -1,0 +1,127 @@
+"""Settings: built-in defaults < a TOML file < ``KSCHED_*`` environment variables.
+
+The defaults are documented, one per line, in ``config/defaults.toml``; a test
+pins that file to :class:`Settings`. The file read is ``$KSCHED_CONFIG`` when
+set, else ``config/ksched.toml`` in the working directory when present.
+Every field ``name`` can be overridden by ``KSCHED_<NAME>`` (upper case).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+def _cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ksched"
+
+
+def _data_home() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "ksched"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names it and the fix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    # Where Kafka is. Empty means "the embedded local broker" (ksched kafka start).
+    bootstrap: str = ""
+    # Embedded broker.
+    kafka_version: str = "4.1.1"
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    kafka_heap_mb: int = 768
+    kafka_cache_dir: Path = field(default_factory=lambda: _cache_home() / "kafka")
+    kafka_data_dir: Path = field(default_factory=lambda: _data_home() / "kafka-data")
+    # Topics.
+    namespace: str = "ksched"
+    partitions: int = 4
+    environment: str = "local"  # local | production
+    tenants_file: Path = Path("config/tenants.toml")
+    # Processor and worker.
+    tick_interval_ms: int = 100
+    metrics_port: int = 9464
+    api_port: int = 8080
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The bootstrap list to connect to: the configured one, or the local broker."""
+        return self.bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def embedded(self) -> bool:
+        return not self.bootstrap
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(name: str, raw: Any, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if isinstance(raw, bool):
+                return raw
+            return str(raw).lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, Path):
+            return Path(str(raw)).expanduser()
+        return str(raw)
+    except ValueError:
+        raise SettingsError(
+            f"setting {name}: {raw!r} is not a valid {type(default).__name__}; "
+            f"set KSCHED_{name.upper()} to e.g. {default!r}"
+        ) from None
+
+
+def _validate(s: Settings) -> Settings:
+    if s.environment not in ("local", "production"):
+        raise SettingsError(
+            f"setting environment: {s.environment!r} is not one of local, production"
+        )
+    if s.partitions < 1:
+        raise SettingsError(f"setting partitions: {s.partitions} must be at least 1")
+    if not s.namespace or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789-_" for c in s.namespace):
+        raise SettingsError(
+            f"setting namespace: {s.namespace!r} must be lower-case letters, digits, '-' or '_'"
+        )
+    if s.tick_interval_ms < 1:
+        raise SettingsError(f"setting tick_interval_ms: {s.tick_interval_ms} must be positive")
+    return s
+
+
+def load_settings(env: dict[str, str] | None = None, config_file: Path | None = None) -> Settings:
+    """Build the effective settings.
+
+    Pre: ``env`` defaults to ``os.environ``. Post: every field is typed and validated;
+    an unknown key in the TOML file raises :class:`SettingsError` naming it.
+    """
+    env = dict(os.environ if env is None else env)
+    base = Settings()
+    values: dict[str, Any] = {}
+    known = {f.name: getattr(base, f.name) for f in fields(Settings)}
+    path = config_file or (Path(env["KSCHED_CONFIG"]) if env.get("KSCHED_CONFIG") else None)
+    if path is None and Path("config/ksched.toml").is_file():
+        path = Path("config/ksched.toml")
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"config file {path}: {exc}") from None
+        for key, raw in data.items():
+            if key not in known:
+                raise SettingsError(
+                    f"config file {path}: unknown setting {key!r}; known: {', '.join(sorted(known))}"
+                )
+            values[key] = _coerce(key, raw, known[key])
+    for name, default in known.items():
+        raw = env.get(f"KSCHED_{name.upper()}")
+        if raw is not None:
+            values[name] = _coerce(name, raw, default)
+    return _validate(dataclasses.replace(base, **values))
