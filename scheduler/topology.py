@@ -1,0 +1,109 @@
+"""The topics ksched needs, read from ``topics/topics.toml`` (DESIGN.md §3).
+
+Pure data: no Kafka import. :func:`desired_topics` turns the declarations plus
+settings and tenants into concrete names, partition counts and configs that
+``scheduler.kafka.admin`` applies.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scheduler.resources import resource_dir
+from scheduler.settings import Settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicDecl:
+    """One topic as declared in topics.toml."""
+
+    name: str
+    scope: str  # cluster | tenant
+    cleanup: str  # delete | compact
+    timestamp_type: str  # CreateTime | LogAppendTime
+    retention_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicPlan:
+    """A concrete topic to exist on the cluster."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class TopologyError(ValueError):
+    """topics.toml is malformed; the message names the topic and field."""
+
+
+def load_declarations(path: Path | None = None) -> tuple[dict[str, dict[str, int]], list[TopicDecl]]:
+    path = path or resource_dir("topics") / "topics.toml"
+    data = tomllib.loads(path.read_text())
+    envs: dict[str, dict[str, int]] = data.get("environments", {})
+    decls: list[TopicDecl] = []
+    for raw in data.get("topic", []):
+        name = raw.get("name", "?")
+        if raw.get("scope") not in ("cluster", "tenant"):
+            raise TopologyError(f"topic {name}: scope {raw.get('scope')!r} is not cluster or tenant")
+        if raw.get("cleanup") not in ("delete", "compact"):
+            raise TopologyError(f"topic {name}: cleanup {raw.get('cleanup')!r} is not delete or compact")
+        if raw.get("timestamp_type") not in ("CreateTime", "LogAppendTime"):
+            raise TopologyError(
+                f"topic {name}: timestamp_type {raw.get('timestamp_type')!r} "
+                "is not CreateTime or LogAppendTime"
+            )
+        if raw.get("partitions") != "shards":
+            raise TopologyError(
+                f"topic {name}: partitions {raw.get('partitions')!r}: only \"shards\" is supported, "
+                "every schedule-keyed topic shares the shard count"
+            )
+        decls.append(
+            TopicDecl(
+                name=name,
+                scope=raw["scope"],
+                cleanup=raw["cleanup"],
+                timestamp_type=raw["timestamp_type"],
+                retention_ms=raw.get("retention_ms"),
+            )
+        )
+    return envs, decls
+
+
+def topic_name(settings: Settings, name: str, tenant: str | None = None) -> str:
+    """``<namespace>.<name>`` or, for a per-tenant topic, ``<namespace>.<name>.<tenant>``."""
+    base = f"{settings.namespace}.{name}"
+    return f"{base}.{tenant}" if tenant else base
+
+
+def desired_topics(settings: Settings, tenants: Iterable[str]) -> list[TopicPlan]:
+    """Every topic for the cluster-wide set plus each tenant's own topics."""
+    envs, decls = load_declarations()
+    env = envs.get(settings.environment)
+    if env is None:
+        raise TopologyError(f"topics.toml has no [environments.{settings.environment}] section")
+    tenant_list = sorted(set(tenants))
+    plans: list[TopicPlan] = []
+    for d in decls:
+        configs = {
+            "cleanup.policy": d.cleanup,
+            "message.timestamp.type": d.timestamp_type,
+            "min.insync.replicas": str(env["min_insync_replicas"]),
+        }
+        if d.retention_ms is not None:
+            configs["retention.ms"] = str(d.retention_ms)
+        owners: list[str | None] = [None] if d.scope == "cluster" else list(tenant_list)
+        for tenant in owners:
+            plans.append(
+                TopicPlan(
+                    name=topic_name(settings, d.name, tenant),
+                    partitions=settings.partitions,
+                    replication_factor=env["replication_factor"],
+                    configs=configs,
+                )
+            )
+    return plans
