@@ -1,0 +1,101 @@
+"""Deterministic identifiers (DESIGN §1).
+
+All hashes are BLAKE2b with a 16-byte digest (128 bits) and a per-purpose
+``person`` string, over a canonical, length-prefixed encoding, rendered as 32
+lowercase hex characters. The encodings are part of the contract: changing one
+changes every id, so each carries a version in its ``person`` tag.
+
+``occurrence_id(schedule_id, version, scheduled_for)``::
+
+    blake2b(digest_size=16, person=b"ksched.occ.v1",
+            data = u32be(len(sid_utf8)) || sid_utf8
+                   || i64be(version) || i64be(scheduled_for epoch seconds))
+
+``schedule_id_for(tenant, key)``::
+
+    blake2b(digest_size=16, person=b"ksched.sid.v1",
+            data = u32be(len(tenant_utf8)) || tenant_utf8 || u32be(len(key_utf8)) || key_utf8)
+
+A key-less create gets :func:`new_schedule_id` -- 128 random bits, same shape.
+
+``available_at(occurrence_id, scheduled_for_epoch, window_minutes)``: strict
+(window 0) → ``scheduled_for``; flexible → ``scheduled_for + J`` with
+``J = u64be(blake2b(digest_size=8, person=b"ksched.jit.v1", ascii(occurrence_id)))
+mod (window_minutes * 60)``: uniform over ``[0, window)`` seconds (bias below
+2^-40), never before nominal, identical on every replay.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import secrets
+import struct
+from hashlib import blake2b
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_ONE_S = _dt.timedelta(seconds=1)
+_OCC = b"ksched.occ.v1"
+_SID = b"ksched.sid.v1"
+_JIT = b"ksched.jit.v1"
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def _lp(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return _U32.pack(len(raw)) + raw
+
+
+def _epoch(scheduled_for: _dt.datetime | int) -> int:
+    if isinstance(scheduled_for, bool):
+        raise TypeError("scheduled_for must be an aware datetime or epoch seconds")
+    if isinstance(scheduled_for, int):
+        return scheduled_for
+    if not isinstance(scheduled_for, _dt.datetime):
+        raise TypeError("scheduled_for must be an aware datetime or epoch seconds")
+    if scheduled_for.tzinfo is None or scheduled_for.utcoffset() is None:
+        raise ValueError("scheduled_for must be an aware datetime")
+    if scheduled_for.microsecond:
+        raise ValueError("scheduled_for must be a whole second")
+    return (scheduled_for - _EPOCH) // _ONE_S
+
+
+def occurrence_id(schedule_id: str, version: int, scheduled_for: _dt.datetime | int) -> str:
+    """32 lowercase hex chars identifying one scheduled time of one schedule version."""
+    if not isinstance(schedule_id, str) or not schedule_id:
+        raise ValueError("schedule_id must be a non-empty string")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError("version must be an int")
+    data = _lp(schedule_id) + _I64.pack(version) + _I64.pack(_epoch(scheduled_for))
+    return blake2b(data, digest_size=16, person=_OCC).hexdigest()
+
+
+def jitter_s(occurrence_id: str, window_minutes: int) -> int:
+    """Deterministic offset in ``[0, window_minutes * 60)`` seconds (0 for a strict window)."""
+    if window_minutes < 0:
+        raise ValueError("window_minutes must be >= 0")
+    if window_minutes == 0:
+        return 0
+    h = blake2b(occurrence_id.encode("ascii"), digest_size=8, person=_JIT).digest()
+    return int.from_bytes(h, "big") % (window_minutes * 60)
+
+
+def available_at(occurrence_id: str, scheduled_for_epoch: int, window_minutes: int) -> int:
+    """When the occurrence may be dispatched (epoch s): nominal + deterministic jitter."""
+    return scheduled_for_epoch + jitter_s(occurrence_id, window_minutes)
+
+
+def schedule_id_for(tenant: str, idempotency_key: str | None) -> str:
+    """Schedule id derived from (tenant, caller idempotency key); random if no key."""
+    if not isinstance(tenant, str) or not tenant:
+        raise ValueError("tenant must be a non-empty string")
+    if idempotency_key is None:
+        return new_schedule_id()
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        raise ValueError("idempotency_key must be a non-empty string or None")
+    return blake2b(_lp(tenant) + _lp(idempotency_key), digest_size=16, person=_SID).hexdigest()
+
+
+def new_schedule_id() -> str:
+    """A random schedule id (128 bits from the OS CSPRNG), 32 lowercase hex chars."""
+    return secrets.token_hex(16)

@@ -1,0 +1,199 @@
+"""``ScheduleSpec``: the user-facing description of a schedule (DESIGN §1-§2, §4-§5).
+
+Plain, frozen data. Construction checks every field on its own (types, enum
+values, ranges, aware datetimes -- normalised to UTC); the cross-field timing
+checks that need the cron parser or the zone database (bad expression, unknown
+zone, nonexistent one-time ``at``) happen in
+:func:`scheduler.domain.compiled.compile_spec`, which :meth:`ScheduleSpec.validate`
+calls. Every problem is a :class:`SpecError` naming the field.
+
+``to_dict`` gives plain Python values with the enum fields as the plain strings
+of the contract (``"cron"``, ``"skip"``, ``"FIRE_ONCE"``...), ``start``/``end``
+as aware UTC ``datetime`` (what Avro ``timestamp-*`` logical types take) and
+``payload`` as ``bytes``. ``from_dict`` accepts that, plus ISO-8601 strings for
+``start``/``end`` and ``str``/``bytearray`` payloads; unknown keys are rejected.
+
+Defaults worth knowing: ``nonexistent="skip"``, ``repeated="once"``,
+``window_minutes=0`` (strict), ``misfire="FIRE_ONCE"`` (after an outage a late
+schedule runs once, not never and not N times -- see docs/decisions-time.md),
+``max_lateness_s=60``, ``overlap="ALLOW"``, ``retry_max_attempts=3`` (total
+attempts, including the first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from scheduler.domain.errors import SpecError
+
+Kind = Literal["cron", "once"]
+Nonexistent = Literal["skip", "shift"]
+Repeated = Literal["once", "all"]
+Misfire = Literal["SKIP", "FIRE_ONCE", "CATCH_UP"]
+Overlap = Literal["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"]
+
+MAX_WINDOW_MINUTES = 1440
+MAX_HANDLER_LEN = 255
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "kind": get_args(Kind),
+    "nonexistent": get_args(Nonexistent),
+    "repeated": get_args(Repeated),
+    "misfire": get_args(Misfire),
+    "overlap": get_args(Overlap),
+}
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_int(name: str, v: object, lo: int, hi: int | None = None) -> None:
+    if not _is_int(v):
+        raise SpecError(name, v, f"{v!r} is not an integer")
+    assert isinstance(v, int)
+    if v < lo or (hi is not None and v > hi):
+        rng = f"{lo}-{hi}" if hi is not None else f">= {lo}"
+        raise SpecError(name, v, f"{v} is out of range {rng}")
+
+
+def _check_float(name: str, v: object, positive: bool) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise SpecError(name, v, f"{v!r} is not a number")
+    f = float(v)
+    if f != f or f in (float("inf"), float("-inf")):
+        raise SpecError(name, v, f"{v!r} is not a finite number")
+    if (positive and f <= 0) or f < 0:
+        raise SpecError(name, v, f"{v} must be {'> 0' if positive else '>= 0'}")
+    return f
+
+
+def _utc(name: str, v: object) -> _dt.datetime | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            v = _dt.datetime.fromisoformat(v)
+        except ValueError:
+            raise SpecError(name, v, f"{v!r} is not an ISO-8601 datetime") from None
+    if not isinstance(v, _dt.datetime):
+        raise SpecError(name, v, f"{v!r} is not a datetime")
+    if v.tzinfo is None or v.utcoffset() is None:
+        raise SpecError(name, v, f"{v.isoformat()} has no UTC offset (give an aware UTC datetime)")
+    return v.astimezone(_dt.UTC)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleSpec:
+    """What a schedule is: timing, DST options, policies and target."""
+
+    kind: Kind
+    cron: str | None = None
+    at: str | None = None
+    timezone: str
+    start: _dt.datetime | None = None
+    end: _dt.datetime | None = None
+    max_runs: int | None = None
+    nonexistent: Nonexistent = "skip"
+    repeated: Repeated = "once"
+    window_minutes: int = 0
+    misfire: Misfire = "FIRE_ONCE"
+    catch_up_limit: int = 0
+    max_lateness_s: int = 60
+    overlap: Overlap = "ALLOW"
+    retry_max_attempts: int = 3
+    retry_backoff_base_s: float = 1.0
+    retry_backoff_cap_s: float = 300.0
+    retry_deadline_s: int | None = None
+    handler: str
+    payload: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                allowed = ", ".join(repr(c) for c in choices)
+                raise SpecError(name, value, f"{value!r} is not one of {allowed}")
+        if self.kind == "cron":
+            if not isinstance(self.cron, str) or not self.cron.strip():
+                raise SpecError("cron", self.cron, "is required when kind is 'cron'")
+            if self.at is not None:
+                raise SpecError("at", self.at, "must be empty when kind is 'cron'")
+        else:
+            if not isinstance(self.at, str) or not self.at.strip():
+                raise SpecError("at", self.at, "is required when kind is 'once'")
+            if self.cron is not None:
+                raise SpecError("cron", self.cron, "must be empty when kind is 'once'")
+        if not isinstance(self.timezone, str) or not self.timezone:
+            raise SpecError("timezone", self.timezone, "is required (an IANA zone such as 'UTC')")
+        start = _utc("start", self.start)
+        end = _utc("end", self.end)
+        if start is not None and end is not None and end < start:
+            raise SpecError("end", end, f"end {end.isoformat()} is before start {start.isoformat()}")
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "end", end)
+        if self.max_runs is not None:
+            _check_int("max_runs", self.max_runs, 1)
+        _check_int("window_minutes", self.window_minutes, 0, MAX_WINDOW_MINUTES)
+        _check_int("catch_up_limit", self.catch_up_limit, 0)
+        if self.misfire == "CATCH_UP" and self.catch_up_limit < 1:
+            raise SpecError(
+                "catch_up_limit", self.catch_up_limit, "must be >= 1 when misfire is 'CATCH_UP'"
+            )
+        _check_int("max_lateness_s", self.max_lateness_s, 0)
+        _check_int("retry_max_attempts", self.retry_max_attempts, 1)
+        base = _check_float("retry_backoff_base_s", self.retry_backoff_base_s, positive=True)
+        cap = _check_float("retry_backoff_cap_s", self.retry_backoff_cap_s, positive=True)
+        if cap < base:
+            raise SpecError(
+                "retry_backoff_cap_s", self.retry_backoff_cap_s,
+                f"{self.retry_backoff_cap_s} is below retry_backoff_base_s {base}",
+            )
+        object.__setattr__(self, "retry_backoff_base_s", base)
+        object.__setattr__(self, "retry_backoff_cap_s", cap)
+        if self.retry_deadline_s is not None:
+            _check_int("retry_deadline_s", self.retry_deadline_s, 1)
+        if not isinstance(self.handler, str) or not self.handler.strip():
+            raise SpecError("handler", self.handler, "is required (a registered handler name)")
+        if len(self.handler) > MAX_HANDLER_LEN:
+            raise SpecError("handler", self.handler, f"is longer than {MAX_HANDLER_LEN} characters")
+        if isinstance(self.payload, bytearray | memoryview):
+            object.__setattr__(self, "payload", bytes(self.payload))
+        if not isinstance(self.payload, bytes):
+            raise SpecError("payload", self.payload, "must be bytes")
+
+    def validate(self) -> ScheduleSpec:
+        """Full validation (expression, zone, one-time ``at``); returns ``self``."""
+        from scheduler.domain.compiled import compile_spec
+
+        compile_spec(self)
+        return self
+
+    def replace(self, **changes: Any) -> ScheduleSpec:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScheduleSpec:
+        if not isinstance(data, Mapping):
+            raise SpecError("spec", data, "must be a mapping")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise SpecError(unknown[0], data[unknown[0]], f"unknown field {unknown[0]!r}")
+        for required in ("kind", "timezone", "handler"):
+            if data.get(required) is None:
+                raise SpecError(required, None, "is required")
+        kwargs = dict(data)
+        payload = kwargs.get("payload")
+        if isinstance(payload, str):
+            kwargs["payload"] = payload.encode()
+        elif payload is None and "payload" in kwargs:
+            kwargs["payload"] = b""
+        return cls(**kwargs)
