@@ -36,8 +36,7 @@ the same instant is a dictionary lookup. Memoisation never changes a result.
 from __future__ import annotations
 
 import datetime as _dt
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -80,6 +79,9 @@ def load_zone(name: str) -> ZoneInfo:
     return zone
 
 
+_EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
+
+
 def _ts(zone: ZoneInfo, lm: LocalMinute, fold: int) -> int:
     y, mo, d, h, mi = lm
     return int(_dt.datetime(y, mo, d, h, mi, tzinfo=zone, fold=fold).timestamp())
@@ -90,7 +92,10 @@ def _local_naive(zone: ZoneInfo, s: int) -> _dt.datetime:
 
 
 def _offset(zone: ZoneInfo, s: int) -> int:
-    off = (_EPOCH + _dt.timedelta(seconds=s)).astimezone(zone).utcoffset()
+    try:
+        off = _dt.datetime.fromtimestamp(s, zone).utcoffset()
+    except (OverflowError, OSError, ValueError):  # pragma: no cover - outside datetime range
+        off = (_EPOCH + _dt.timedelta(seconds=s)).astimezone(zone).utcoffset()
     assert off is not None
     return off // _ONE_S
 
@@ -109,14 +114,14 @@ def gap_end(zone: ZoneInfo, local: _dt.datetime, lo: int, hi: int) -> int:
 class CronRule:
     """Expression + zone + DST options: the shared, immutable fire-time engine."""
 
-    __slots__ = ("_next_cached", "expr", "nonexistent", "repeated", "zone", "zone_name")
+    __slots__ = ("_memo", "expr", "nonexistent", "repeated", "zone", "zone_name")
 
     expr: CronExpr
     zone_name: str
     zone: ZoneInfo
     nonexistent: Nonexistent
     repeated: Repeated
-    _next_cached: Callable[[int], int | None]
+    _memo: dict[int, int | None]
 
     def __init__(
         self, expr: CronExpr, zone_name: str, nonexistent: Nonexistent, repeated: Repeated
@@ -126,7 +131,7 @@ class CronRule:
         self.zone = load_zone(zone_name)
         self.nonexistent = nonexistent
         self.repeated = repeated
-        self._next_cached = lru_cache(maxsize=NEXT_CACHE_SIZE)(self._next_uncached)
+        self._memo = {}
 
     def __repr__(self) -> str:
         return (
@@ -137,32 +142,61 @@ class CronRule:
     def instants(self, lm: LocalMinute) -> tuple[int, ...]:
         """UTC instants (epoch s, ascending) at which local minute ``lm`` fires."""
         zone = self.zone
-        u0 = _ts(zone, lm, 0)
-        u1 = _ts(zone, lm, 1)
-        if u0 == u1:
+        y, mo, d, h, mi = lm
+        naive = _dt.datetime(y, mo, d, h, mi)
+        # ZoneInfo.utcoffset on a naive datetime reads it as local wall-clock time
+        off0 = zone.utcoffset(naive)
+        off1 = zone.utcoffset(naive.replace(fold=1))
+        assert off0 is not None and off1 is not None
+        base = (naive - _EPOCH_NAIVE) // _ONE_S
+        u0 = base - off0 // _ONE_S
+        if off0 == off1:
             return (u0,)
+        u1 = base - off1 // _ONE_S
         if u0 < u1:  # repeated wall-clock time
             return (u0, u1) if self.repeated == "all" else (u0,)
         # nonexistent: fold=0 maps with the pre-gap offset (later), fold=1 earlier
         if self.nonexistent == "skip":
             return ()
-        return (gap_end(zone, _dt.datetime(*lm), u1, u0),)
+        return (gap_end(zone, naive, u1, u0),)
 
     def next_epoch(self, s: int) -> int | None:
-        """First fire instant strictly after epoch second ``s`` (memoised)."""
-        return self._next_cached(s)
+        """First fire instant strictly after epoch second ``s`` (memoised).
+
+        The memo is a bounded dict (cleared when full): it only saves work, it
+        never changes an answer.
+        """
+        memo = self._memo
+        try:
+            return memo[s]
+        except KeyError:
+            pass
+        f = self._next_uncached(s)
+        if len(memo) >= NEXT_CACHE_SIZE:
+            memo.clear()
+        memo[s] = f
+        return f
 
     def _next_uncached(self, s: int) -> int | None:
         zone = self.zone
-        # A fire f > s has local minute L = f + off(f) > s + off(f); near s the
-        # smallest offset bounds where L can start (a fall-back right after s
-        # re-runs earlier wall-clock minutes).
-        min_off = min(_offset(zone, s), _offset(zone, s + 86400))
-        g = time.gmtime(s + min_off) if s + min_off >= -62135596800 else None
-        if g is None:  # pragma: no cover - before year 1
-            return None
         expr = self.expr
-        lm = expr.next_local((g.tm_year, g.tm_mon, g.tm_mday, g.tm_hour, g.tm_min))
+        if self.repeated == "all":
+            # A fire f > s has local minute L = f + off(f) > s + off(f); near s the
+            # smallest offset bounds where L can start (a fall-back right after s
+            # re-runs earlier wall-clock minutes, whose second instants count).
+            min_off = min(_offset(zone, s), _offset(zone, s + 86400))
+            try:
+                g = _EPOCH_NAIVE + _dt.timedelta(seconds=s + min_off)
+            except OverflowError:  # pragma: no cover - outside datetime range
+                return None
+        else:
+            # Only first instants count, and the first instant is monotone in the
+            # wall-clock minute: start at local(s) and walk until one is > s.
+            try:
+                g = _dt.datetime.fromtimestamp(s, zone)
+            except (OverflowError, OSError, ValueError):  # pragma: no cover
+                return None
+        lm = expr.next_local((g.year, g.month, g.day, g.hour, g.minute))
         best: int | None = None
         while lm is not None:
             try:
