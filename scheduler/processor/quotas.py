@@ -1,0 +1,31 @@
+"""Token buckets for the per-tenant rate quotas (pure, clock passed in)."""
+
+from __future__ import annotations
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` banked. A rate of 0 means no quota."""
+
+    __slots__ = ("_last", "_tokens", "burst", "rate")
+
+    def __init__(self, rate: int, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._last: float | None = None
+
+    def _refill(self, clock: float) -> None:
+        if self._last is not None and clock > self._last:
+            self._tokens = min(self.burst, self._tokens + (clock - self._last) * self.rate)
+        self._last = clock if self._last is None or clock > self._last else self._last
+
+    def available(self, clock: float) -> int:
+        if self.rate <= 0:
+            return 1 << 62
+        self._refill(clock)
+        return int(self._tokens)
+
+    def spend(self, n: int, clock: float) -> None:
+        if self.rate > 0:
+            self._refill(clock)
+            self._tokens -= n

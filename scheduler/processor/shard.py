@@ -1,0 +1,564 @@
+"""One shard: its schedules, lane queues and the decisions of a tick (no Kafka).
+
+The runtime (``scheduler.processor.runtime``) feeds it commands and the clock
+and writes what it returns inside one transaction. Everything here is
+deterministic given (restored state, commands, now), except that ``now`` is
+the wall clock: decisions taken from it are safe because they commit
+atomically with the cursor they move.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from scheduler.domain import (
+    CompiledSpec,
+    ScheduleSpec,
+    SpecError,
+    available_at,
+    compile_spec,
+    occurrence_id,
+)
+from scheduler.processor.lanes import Cursor, LaneQueue
+from scheduler.processor.model import (
+    ACTIVE,
+    CANCELED,
+    COMPLETED,
+    PAUSED,
+    TERMINAL,
+    Entry,
+    Event,
+    Lane,
+    Occurrence,
+    Policy,
+)
+from scheduler.processor.quotas import TokenBucket
+from scheduler.tenants import Tenant
+
+MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
+
+
+def jittered(oid: str, scheduled_for: int, window_s: int, next_for: int | None) -> int:
+    """``available_at`` of an occurrence (DESIGN.md §1, refined).
+
+    ``scheduled_for + H(oid) mod w`` with ``w = min(window, next_for - scheduled_for)``:
+    capping the window at the gap to the next fire keeps one schedule's
+    occurrences in order, so a cursor over ``available_at`` never skips one.
+    Uncapped it equals :func:`scheduler.domain.available_at`. Never earlier than
+    nominal; a 0 window is strict.
+    """
+    if window_s <= 0:
+        return scheduled_for
+    if next_for is None or next_for - scheduled_for >= window_s:
+        return available_at(oid, scheduled_for, window_s // 60)
+    return scheduled_for + _capped(oid, next_for - scheduled_for)
+
+
+def _capped(oid: str, w: int) -> int:
+    h = hashlib.blake2b(oid.encode("ascii"), digest_size=8, person=b"ksched.jit.v1").digest()
+    return int.from_bytes(h, "big") % w
+
+
+@dataclass(slots=True)
+class CommandOutcome:
+    """What applying one command produced."""
+
+    request_id: str
+    tenant: str
+    schedule_id: str
+    accepted: bool
+    version: int | None = None
+    code: str | None = None
+    reason: str | None = None
+    kind: str = ""
+    entry: Entry | None = None  # the schedule as it now is (accepted changes only)
+    spec: ScheduleSpec | None = None
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TickOutput:
+    dispatch: list[Occurrence] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    completed: list[Entry] = field(default_factory=list)  # schedules that reached COMPLETED
+    throttled: dict[str, int] = field(default_factory=dict)
+    missed: int = 0
+
+
+def spec_digest(spec: ScheduleSpec) -> bytes:
+    return hashlib.blake2b(repr(sorted(spec.to_dict().items())).encode(), digest_size=12).digest()
+
+
+class Shard:
+    """The state of shard ``shard_id``, owned by exactly one processor at a time."""
+
+    def __init__(
+        self,
+        shard_id: int,
+        tenants: dict[str, Tenant],
+        *,
+        partitions: int,
+        compile_fn: Callable[[ScheduleSpec], CompiledSpec] = compile_spec,
+    ) -> None:
+        self.shard_id = shard_id
+        self.tenants = tenants
+        self.partitions = partitions
+        self._compile = compile_fn
+        self.entries: dict[str, Entry] = {}
+        self.queues: dict[tuple[str, Lane], LaneQueue] = {}
+        self.cursors: dict[tuple[str, Lane], Cursor] = {}  # restored, before queues exist
+        self.catch_up: dict[str, deque[Occurrence]] = {}
+        self.active_count: dict[str, int] = {}
+        self._trigger: dict[str, TokenBucket] = {}
+        self._catchup_rate: dict[str, TokenBucket] = {}
+        self.dirty_cursors = False
+
+    # -- queues -----------------------------------------------------------------
+    def queue(self, tenant: str, lane: Lane) -> LaneQueue:
+        q = self.queues.get((tenant, lane))
+        if q is None:
+            q = LaneQueue(self.cursors.get((tenant, lane), (0, "")))
+            self.queues[(tenant, lane)] = q
+        return q
+
+    def cursor_map(self) -> dict[tuple[str, Lane], Cursor]:
+        out = dict(self.cursors)
+        out.update({k: q.cursor for k, q in self.queues.items()})
+        return out
+
+    def watermark(self) -> int:
+        """The shard watermark: the least cursor time over its tenants' lanes."""
+        cm = self.cursor_map()
+        return min((c[0] for c in cm.values()), default=0)
+
+    # -- arming -----------------------------------------------------------------
+    def _occurrence_at(self, e: Entry, f: int) -> tuple[str, int, int | None]:
+        oid = occurrence_id(e.schedule_id, e.version, f)
+        nxt = e.compiled.next_after_epoch(f) if e.policy.window_s else None
+        return oid, jittered(oid, f, e.policy.window_s, nxt), nxt
+
+    def arm_from(self, e: Entry, after: int) -> bool:
+        """Arm ``e`` at its first occurrence with ``scheduled_for > after`` that is past its lane cursor.
+
+        Returns False (and leaves it disarmed) when the schedule has no further fire time.
+        """
+        q = self.queue(e.tenant, e.lane)
+        cur = q.cursor
+        start = max(after, e.effective_from - 1, cur[0] - e.policy.window_s - 1)
+        f = e.compiled.next_after_epoch(start)
+        while f is not None:
+            _, avail, _ = self._occurrence_at(e, f)
+            if (avail, e.schedule_id) > cur:
+                e.next_for = f
+                e.prepared = None
+                q.arm(e, avail)
+                return True
+            f = e.compiled.next_after_epoch(f)
+        e.next_for = None
+        q.disarm(e)
+        return False
+
+    def _disarm(self, e: Entry) -> None:
+        LaneQueue.disarm(e)
+        e.next_for = None
+        e.prepared = None
+
+    # -- restore ----------------------------------------------------------------
+    def restore_entry(self, e: Entry) -> None:
+        """Add a schedule read from ``ksched.schedules`` (called before cursors are final)."""
+        old = self.entries.get(e.schedule_id)
+        if old is not None:
+            self._disarm(old)
+            if old.state in (ACTIVE, PAUSED):
+                self.active_count[old.tenant] -= 1
+        self.entries[e.schedule_id] = e
+        if e.state in (ACTIVE, PAUSED):
+            self.active_count[e.tenant] = self.active_count.get(e.tenant, 0) + 1
+
+    def finish_restore(self) -> None:
+        """Arm every active schedule from the restored cursors."""
+        for e in self.entries.values():
+            if e.state == ACTIVE and not self.arm_from(e, -1):
+                e.state = COMPLETED
+
+    # -- commands ---------------------------------------------------------------
+    def _reject(
+        self, cmd_kind: str, rid: str, tenant: str, sid: str, code: str, reason: str
+    ) -> CommandOutcome:
+        return CommandOutcome(rid, tenant, sid, False, code=code, reason=reason, kind=cmd_kind)
+
+    def apply(
+        self,
+        *,
+        kind: str,
+        request_id: str,
+        tenant: str,
+        schedule_id: str,
+        idempotency_key: str | None,
+        expected_version: int | None,
+        spec: ScheduleSpec | None,
+        issued_at: int,
+        now: int,
+    ) -> CommandOutcome:
+        """Validate and apply one schedule command; never raises for bad input.
+
+        The new state takes effect from ``max(issued_at, lane cursor)``: a create
+        fires only at times after it was issued, an update's new version only
+        after the update (DESIGN.md §4).
+        """
+        rej = self._reject
+        t = self.tenants.get(tenant)
+        if t is None:
+            return rej(
+                kind,
+                request_id,
+                tenant,
+                schedule_id,
+                "UNKNOWN_TENANT",
+                f"tenant {tenant!r} is not registered: run `ksched tenants add {tenant}`",
+            )
+        e = self.entries.get(schedule_id)
+        if e is not None and e.tenant != tenant:
+            return rej(
+                kind,
+                request_id,
+                tenant,
+                schedule_id,
+                "NOT_FOUND",
+                f"schedule {schedule_id} does not exist for tenant {tenant}",
+            )
+        compiled: CompiledSpec | None = None
+        if kind in ("CREATE", "UPDATE"):
+            if spec is None:
+                return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", f"{kind} needs a spec")
+            try:
+                compiled = self._compile(spec)
+            except SpecError as exc:
+                return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", str(exc))
+        effective = min(max(issued_at, now - 300), now + 300)  # clamp client clock skew to ±5 min
+        if kind == "CREATE":
+            assert spec is not None and compiled is not None
+            digest = spec_digest(spec)
+            if e is not None:
+                if e.spec_digest == digest or e.version > 1:
+                    # Idempotent replay of a create: answer with the schedule as it is.
+                    return CommandOutcome(
+                        request_id,
+                        tenant,
+                        schedule_id,
+                        True,
+                        version=e.version,
+                        kind=kind,
+                        reason="already exists",
+                    )
+                return rej(
+                    kind,
+                    request_id,
+                    tenant,
+                    schedule_id,
+                    "CONFLICT",
+                    f"schedule {schedule_id} already exists with a different spec; "
+                    "use update, or another idempotency key",
+                )
+            limit = -(-t.max_schedules // self.partitions)
+            if self.active_count.get(tenant, 0) >= limit:
+                return rej(
+                    kind,
+                    request_id,
+                    tenant,
+                    schedule_id,
+                    "QUOTA_EXCEEDED",
+                    f"tenant {tenant} has reached max_schedules={t.max_schedules} "
+                    f"({limit} per shard): cancel schedules or raise the quota",
+                )
+            e = Entry(
+                schedule_id=schedule_id,
+                tenant=tenant,
+                version=1,
+                state=ACTIVE,
+                compiled=compiled,
+                policy=Policy.of(spec),
+                handler=spec.handler,
+                payload=spec.payload,
+                effective_from=effective,
+                spec_digest=digest,
+                idempotency_key=idempotency_key,
+            )
+            self.entries[schedule_id] = e
+            self.active_count[tenant] = self.active_count.get(tenant, 0) + 1
+            if not self.arm_from(e, effective):
+                e.state = COMPLETED
+                self.active_count[tenant] -= 1
+            return CommandOutcome(
+                request_id, tenant, schedule_id, True, version=1, kind=kind, entry=e, spec=spec
+            )
+        if e is None:
+            return rej(
+                kind,
+                request_id,
+                tenant,
+                schedule_id,
+                "NOT_FOUND",
+                f"schedule {schedule_id} does not exist for tenant {tenant}",
+            )
+        if expected_version is not None and expected_version != e.version:
+            return rej(
+                kind,
+                request_id,
+                tenant,
+                schedule_id,
+                "STALE_VERSION",
+                f"expected version {expected_version} but schedule {schedule_id} "
+                f"is at version {e.version}: re-read it and retry",
+            )
+        if e.state in TERMINAL:
+            return rej(
+                kind,
+                request_id,
+                tenant,
+                schedule_id,
+                "TERMINAL",
+                f"schedule {schedule_id} is {e.state}; it cannot be changed",
+            )
+        events: list[Event] = []
+        if kind == "UPDATE":
+            assert spec is not None and compiled is not None
+            events = self._drop_pending(e, f"superseded by version {e.version + 1}")
+            self._disarm(e)
+            new = Entry(
+                schedule_id=schedule_id,
+                tenant=tenant,
+                version=e.version + 1,
+                state=e.state,
+                compiled=compiled,
+                policy=Policy.of(spec),
+                handler=spec.handler,
+                payload=spec.payload,
+                effective_from=effective,
+                spec_digest=spec_digest(spec),
+                idempotency_key=e.idempotency_key,
+            )
+            self.entries[schedule_id] = new
+            if new.state == ACTIVE and not self.arm_from(new, effective):
+                new.state = COMPLETED
+                self.active_count[tenant] -= 1
+            return CommandOutcome(
+                request_id,
+                tenant,
+                schedule_id,
+                True,
+                version=new.version,
+                kind=kind,
+                entry=new,
+                spec=spec,
+                events=events,
+            )
+        if kind == "PAUSE":
+            if e.state == ACTIVE:
+                events = self._drop_pending(e, "paused")
+                self._disarm(e)
+                e.state = PAUSED
+            return CommandOutcome(
+                request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e
+            )
+        if kind == "RESUME":
+            if e.state == PAUSED:
+                e.state = ACTIVE
+                e.effective_from = max(effective, now)  # nothing for the paused span
+                if not self.arm_from(e, e.effective_from):
+                    e.state = COMPLETED
+                    self.active_count[tenant] -= 1
+            return CommandOutcome(
+                request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e
+            )
+        if kind == "CANCEL":
+            events = self._drop_pending(e, "canceled")
+            self._disarm(e)
+            e.state = CANCELED
+            self.active_count[tenant] -= 1
+            return CommandOutcome(
+                request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e, events=events
+            )
+        return rej(kind, request_id, tenant, schedule_id, "INVALID_COMMAND", f"kind {kind!r} is unknown")
+
+    def _drop_pending(self, e: Entry, reason: str) -> list[Event]:
+        """Drop the schedule's not-yet-emitted catch-up occurrences; each gets a CANCELED event."""
+        q = self.catch_up.get(e.tenant)
+        if not q:
+            return []
+        keep: deque[Occurrence] = deque()
+        events: list[Event] = []
+        for o in q:
+            if o.schedule_id == e.schedule_id:
+                events.append(
+                    Event(
+                        o.occurrence_id,
+                        o.schedule_id,
+                        o.tenant,
+                        o.version,
+                        o.scheduled_for,
+                        "CANCELED",
+                        reason,
+                    )
+                )
+            else:
+                keep.append(o)
+        self.catch_up[e.tenant] = keep
+        return events
+
+    # -- the tick ---------------------------------------------------------------
+    def _bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: int) -> TokenBucket:
+        b = buckets.get(tenant)
+        if b is None or b.rate != rate:
+            b = TokenBucket(rate, burst=max(rate, 1))
+            buckets[tenant] = b
+        return b
+
+    def due(self, now: int, budget: int, clock: float) -> TickOutput:
+        """Decide the occurrences to emit now: strict, then flexible, then catch-up.
+
+        Round-robin across tenants within a lane, each within its trigger-rate
+        quota (catch-up: catch-up rate). At most ``budget`` dispatches; what is
+        left stays due for the next tick (throttled work is delayed, never dropped).
+        """
+        out = TickOutput()
+        tenants = sorted({t for t, _ in self.queues} | set(self.catch_up))
+        for lane in (Lane.STRICT, Lane.FLEXIBLE):
+            active = [t for t in tenants if (t, lane) in self.queues]
+            while budget > 0 and active:
+                share = max(1, budget // len(active))
+                still: list[str] = []
+                for tenant in active:
+                    quota = self.tenants.get(tenant)
+                    rate = quota.trigger_rate_per_s if quota else 0
+                    bucket = self._bucket(self._trigger, tenant, rate)
+                    allowed = min(share, budget, bucket.available(clock))
+                    q = self.queues[(tenant, lane)]
+                    if allowed <= 0:
+                        nd = q.next_due()
+                        if nd is not None and nd <= now:
+                            out.throttled[tenant] = out.throttled.get(tenant, 0) + 1
+                        continue
+                    taken = q.take(now, allowed)
+                    emitted = self._fire(taken, now, out)
+                    bucket.spend(emitted, clock)
+                    budget -= len(taken)
+                    nd = q.next_due()
+                    if taken and nd is not None and nd <= now:
+                        still.append(tenant)
+                active = still
+        for tenant in tenants:
+            cq = self.catch_up.get(tenant)
+            if not cq or budget <= 0:
+                continue
+            quota = self.tenants.get(tenant)
+            bucket = self._bucket(self._catchup_rate, tenant, quota.catch_up_rate_per_s if quota else 0)
+            n = min(budget, bucket.available(clock), len(cq))
+            if n < len(cq):
+                out.throttled[tenant] = out.throttled.get(tenant, 0) + len(cq) - n
+            for _ in range(n):
+                out.dispatch.append(cq.popleft())
+            bucket.spend(n, clock)
+            budget -= n
+        # Idle lanes' cursors follow time so the watermark advances.
+        for q in self.queues.values():
+            if q.next_due() is None or (q.next_due() or 0) > now:
+                q.take(now, 0)
+        return out
+
+    def _fire(self, taken: Iterable[object], now: int, out: TickOutput) -> int:
+        """Give each taken entry its fate and re-arm it; returns the number emitted on time."""
+        emitted = 0
+        for obj in taken:
+            e: Entry = obj  # type: ignore[assignment]
+            f = e.next_for
+            if f is None or e.state != ACTIVE:
+                continue
+            oid, avail, nxt = self._occurrence_at(e, f)
+            pol = e.policy
+            if now - avail > pol.max_lateness_s:
+                nxt = self._misfire(e, f, now, out)
+            else:
+                out.dispatch.append(
+                    Occurrence(
+                        oid,
+                        e.schedule_id,
+                        e.tenant,
+                        e.version,
+                        f,
+                        avail,
+                        e.lane,
+                        e.handler,
+                        e.payload,
+                        1,
+                        e.prepared,
+                    )
+                )
+                emitted += 1
+                nxt = e.compiled.next_after_epoch(f)
+            e.prepared = None
+            if nxt is None:
+                e.next_for = None
+                e.state = COMPLETED
+                self.active_count[e.tenant] -= 1
+                out.completed.append(e)
+            else:
+                e.next_for = nxt
+                _, navail, _ = self._occurrence_at(e, nxt)
+                self.queue(e.tenant, e.lane).arm(e, navail)
+        return emitted
+
+    def _misfire(self, e: Entry, f: int, now: int, out: TickOutput) -> int | None:
+        """Apply the misfire policy to ``e``'s occurrences from ``f`` that are later than max_lateness.
+
+        Returns the first fire time still within lateness (or future), to re-arm at.
+        """
+        pol = e.policy
+        late: list[tuple[str, int, int]] = []
+        cur: int | None = f
+        while cur is not None and len(late) < MISFIRE_SCAN_LIMIT:
+            oid, avail, _ = self._occurrence_at(e, cur)
+            if now - avail <= pol.max_lateness_s:
+                break
+            late.append((oid, cur, avail))
+            cur = e.compiled.next_after_epoch(cur)
+        if pol.misfire == "FIRE_ONCE":
+            keep = 1
+        elif pol.misfire == "CATCH_UP":
+            keep = max(0, pol.catch_up_limit)
+        else:
+            keep = 0
+        cut = len(late) - min(keep, len(late))
+        for oid, sf, _ in late[:cut]:
+            out.events.append(
+                Event(
+                    oid,
+                    e.schedule_id,
+                    e.tenant,
+                    e.version,
+                    sf,
+                    "MISSED",
+                    f"later than max_lateness={pol.max_lateness_s}s ({pol.misfire})",
+                )
+            )
+        out.missed += cut
+        if cut < len(late):
+            cq = self.catch_up.setdefault(e.tenant, deque())
+            for oid, sf, avail in late[cut:]:
+                cq.append(
+                    Occurrence(
+                        oid,
+                        e.schedule_id,
+                        e.tenant,
+                        e.version,
+                        sf,
+                        avail,
+                        Lane.CATCH_UP,
+                        e.handler,
+                        e.payload,
+                    )
+                )
+        return cur
