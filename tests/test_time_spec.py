@@ -110,7 +110,7 @@ def test_spec_validate_reports_timing_errors() -> None:
 
 
 def test_spec_from_dict_needs_mapping_and_coerces_payload() -> None:
-    with pytest.raises(SpecError, match="^spec: must be a mapping$"):
+    with pytest.raises(SpecError, match=r"^spec: must be a mapping$"):
         ScheduleSpec.from_dict([])  # type: ignore[arg-type]
     assert make(payload="hé").payload == "hé".encode()
     assert make(payload=bytearray(b"ab")).payload == b"ab"
