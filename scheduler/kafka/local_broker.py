@@ -564,13 +564,19 @@ class LocalBroker:
                 continue
             owner = port_owner(port)
             knob = "KSCHED_KAFKA_PORT" if role == "listener" else "KSCHED_KAFKA_CONTROLLER_PORT"
-            if owner and MAIN_CLASS in owner[1].split():
-                cfg = next((a for a in owner[1].split() if a.endswith(".properties")), "?")
-                raise LocalBrokerError(
-                    f"port {port} ({role}) is held by another Kafka broker (pid {owner[0]}, config {cfg}), "
-                    f"not the one of {self.data_dir}; stop it or pick another port with {knob}"
-                )
-            who = f"pid {owner[0]} ({owner[1][:80]})" if owner else "another process"
+            if owner is None:
+                who = "another process"
+            else:
+                args = _read_cmdline(owner[0])
+                if MAIN_CLASS in args:
+                    i = args.index(MAIN_CLASS)
+                    cfg = args[i + 1] if i + 1 < len(args) else "?"
+                    raise LocalBrokerError(
+                        f"port {port} ({role}) is held by another Kafka broker (pid {owner[0]}, "
+                        f"config {cfg}), "
+                        f"not the one of {self.data_dir}; stop it or pick another port with {knob}"
+                    )
+                who = f"pid {owner[0]} ({' '.join(owner[1].split())[:80]})"
             raise LocalBrokerError(
                 f"port {port} ({role}) on {HOST} is already in use by {who}; stop it or pick another "
                 f"port with {knob}"

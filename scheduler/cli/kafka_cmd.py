@@ -1,0 +1,195 @@
+"""``ksched kafka start | stop | status | logs``: the embedded local Apache Kafka broker.
+
+With ``KSCHED_BOOTSTRAP`` set, ksched uses that cluster instead: ``start`` and
+``stop`` change nothing and ``status`` shows the cluster's metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler.kafka.local_broker import BrokerStatus, LocalBroker
+    from scheduler.settings import Settings
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("kafka", help="run the embedded local Kafka broker")
+    ksub = p.add_subparsers(dest="kafka_cmd", metavar="ACTION")
+    ksub.required = True
+    s = ksub.add_parser("start", help="start the local broker (fetches Kafka once with Maven)")
+    s.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds to wait until it serves (120)")
+    s.set_defaults(handler=_start)
+    st = ksub.add_parser("stop", help="stop the local broker")
+    st.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL (30)")
+    st.set_defaults(handler=_stop)
+    ss = ksub.add_parser("status", help="is it running, which version, which topics")
+    ss.add_argument("--json", action="store_true", help="print one JSON object")
+    ss.set_defaults(handler=_status)
+    lg = ksub.add_parser("logs", help="the broker's log")
+    lg.add_argument("-n", "--lines", type=int, default=100, help="lines to show (100)")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    lg.set_defaults(handler=_logs)
+
+
+def _settings() -> Settings:
+    from scheduler.settings import load_settings
+
+    return load_settings()
+
+
+def _broker(settings: Settings) -> LocalBroker:
+    from scheduler.kafka.local_broker import BrokerConfig, LocalBroker
+
+    return LocalBroker(
+        BrokerConfig(
+            version=settings.kafka_version,
+            port=settings.kafka_port,
+            controller_port=settings.kafka_controller_port,
+            heap_mb=settings.kafka_heap_mb,
+            cache_dir=settings.kafka_cache_dir,
+            data_dir=settings.kafka_data_dir,
+        )
+    )
+
+
+def _fail(exc: Exception) -> int:
+    print(f"ksched: error: {exc}", file=sys.stderr)
+    return 1
+
+
+def _print_status(st: BrokerStatus) -> None:
+    print(f"running:  {'yes' if st.running else 'no'}" + (f" (pid {st.pid})" if st.pid else ""))
+    print(f"healthy:  {'yes' if st.healthy else 'no'}")
+    print(f"version:  {st.version or '-'}")
+    print(f"listener: {st.listener}")
+    print(f"data dir: {st.data_dir}")
+    print(f"topics:   {len(st.topics)}" + (f" ({', '.join(st.topics)})" if st.topics else ""))
+    print(f"detail:   {st.detail}")
+
+
+def _start(args: argparse.Namespace) -> int:
+    from scheduler.kafka.local_broker import LocalBrokerError
+
+    settings = _settings()
+    if settings.bootstrap:
+        print(f"kafka: KSCHED_BOOTSTRAP is set; using the existing cluster at {settings.bootstrap}")
+        return 0
+    broker = _broker(settings)
+    try:
+        before = broker.status()
+        if not before.running and not broker.artifacts_ready():
+            print(
+                f"kafka: fetching Apache Kafka {settings.kafka_version} with Maven into "
+                f"{broker.version_dir} (once)...",
+                file=sys.stderr,
+            )
+        t0 = time.monotonic()
+        st = broker.start(fresh=args.fresh, timeout_s=args.timeout)
+    except LocalBrokerError as exc:
+        return _fail(exc)
+    took = time.monotonic() - t0
+    if before.running and before.pid == st.pid:
+        print(f"kafka: already running: Kafka {st.version} pid {st.pid} on {st.listener}")
+    else:
+        print(f"kafka: started Kafka {st.version} pid {st.pid} on {st.listener} in {took:.1f}s")
+    print(f"kafka: data {st.data_dir}; logs: ksched kafka logs")
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    settings = _settings()
+    if settings.bootstrap:
+        print(f"kafka: KSCHED_BOOTSTRAP is set ({settings.bootstrap}); not ksched's broker, nothing stopped")
+        return 0
+    broker = _broker(settings)
+    pid = broker.status().pid
+    if broker.stop(timeout_s=args.timeout):
+        print(f"kafka: stopped pid {pid}")
+    else:
+        print(f"kafka: not running ({broker.data_dir})")
+    return 0
+
+
+def _external_status(bootstrap: str) -> dict[str, Any]:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        md = admin.list_topics(timeout=5)
+    except KafkaException as exc:
+        return {
+            "external": True, "bootstrap": bootstrap, "healthy": False,
+            "detail": f"does not answer metadata: {exc.args[0] if exc.args else exc}",
+        }  # fmt: skip
+    brokers = sorted(f"{b.id}@{b.host}:{b.port}" for b in md.brokers.values())
+    return {
+        "external": True,
+        "bootstrap": bootstrap,
+        "healthy": bool(md.brokers),
+        "cluster_id": md.cluster_id,
+        "controller_id": md.controller_id,
+        "brokers": brokers,
+        "topics": sorted(md.topics),
+        "detail": f"{len(brokers)} broker(s), {len(md.topics)} topics",
+    }
+
+
+def _status(args: argparse.Namespace) -> int:
+    settings = _settings()
+    if settings.bootstrap:
+        info = _external_status(settings.bootstrap)
+        if args.json:
+            print(json.dumps(info))
+        else:
+            print(f"external cluster (KSCHED_BOOTSTRAP): {settings.bootstrap}")
+            for key in ("healthy", "cluster_id", "controller_id", "brokers", "topics", "detail"):
+                if key in info:
+                    value = info[key]
+                    shown = ", ".join(value) if isinstance(value, list) else value
+                    print(f"{key + ':':15} {shown}")
+        return 0 if info["healthy"] else 1
+    st = _broker(settings).status()
+    if args.json:
+        print(json.dumps(st.to_json()))
+    else:
+        _print_status(st)
+    return 0 if st.healthy else 1
+
+
+def _logs(args: argparse.Namespace) -> int:
+    broker = _broker(_settings())
+    text = broker.logs(args.lines)
+    if not text:
+        print(f"kafka: no logs yet in {broker.logs_dir}", file=sys.stderr)
+        if not args.follow:
+            return 0
+    else:
+        print(text)
+    if not args.follow:
+        return 0
+    path = broker.logs_dir / "server.log"
+    pos = path.stat().st_size if path.exists() else 0
+    try:
+        while True:
+            time.sleep(0.5)
+            if not path.exists():
+                continue
+            size = path.stat().st_size
+            if size < pos:  # rolled over
+                pos = 0
+            if size > pos:
+                with path.open("rb") as fh:
+                    fh.seek(pos)
+                    chunk = fh.read()
+                pos += len(chunk)
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
