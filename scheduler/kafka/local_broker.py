@@ -159,8 +159,7 @@ def last_maven_error(output: str) -> str:
     """The last meaningful line of a failed Maven run (boilerplate and ``[ERROR]`` prefix removed)."""
     best = ""
     for raw in output.splitlines():
-        line = raw.strip()
-        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        line = re.sub(r"\x1b\[[0-9;]*m", "", raw).strip().replace(" -> [Help 1]", "")
         if line.startswith("[ERROR]"):
             line = line[len("[ERROR]") :].strip()
         elif line.startswith("[WARNING]"):
@@ -168,7 +167,7 @@ def last_maven_error(output: str) -> str:
         if not line or any(b in line.lower() for b in _MVN_BOILERPLATE):
             continue
         best = line
-    best = best.replace(" -> [Help 1]", "")
+    best = best.split(" This failure was cached")[0]
     return best[:400] if best else "no output"
 
 
@@ -445,7 +444,7 @@ class LocalBroker:
             staging = self.version_dir / f"libs.partial-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
             cmd = [
-                mvn, "-q", "-B", "-f", str(pom),
+                mvn, "-q", "-B", "-U", "-f", str(pom),
                 f"-Dmaven.repo.local={self.maven_repo}",
                 "dependency:copy-dependencies",
                 "-DincludeScope=runtime",
