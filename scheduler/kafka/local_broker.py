@@ -15,7 +15,7 @@ Layout::
     data_dir/broker.pid           pid of the broker JVM
     data_dir/broker.json          ports and cluster id the storage was formatted with
     data_dir/logs/server.log      log4j2 output (rolled at 10 MB, 3 kept)
-    data_dir/logs/kafka.out       the JVM's stdout/stderr (crashes, GC warnings)
+    data_dir/logs/kafka.out       the JVM's stdout/stderr of the latest start (crashes, JVM warnings)
 
 Every error is a :class:`LocalBrokerError` whose ``str()`` is one line naming the fix.
 """
@@ -661,7 +661,7 @@ class LocalBroker:
                 f"-Dkafka.logs.dir={self.logs_dir}",
                 "-cp", f"{libs}/*", MAIN_CLASS, str(self.server_properties),
             ]  # fmt: skip
-            with (self.logs_dir / "kafka.out").open("ab") as out:
+            with (self.logs_dir / "kafka.out").open("wb") as out:
                 proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     cwd=self.data_dir, start_new_session=True, close_fds=True,
@@ -690,7 +690,7 @@ class LocalBroker:
                 self.pid_file.unlink(missing_ok=True)
                 raise LocalBrokerError(
                     f"the Kafka broker exited during start-up: {self._last_log_problem()}; see "
-                    f"`ksched kafka logs` ({self.logs_dir})"
+                    f"`ksched kafka logs` ({self.logs_dir}), or `ksched kafka start --fresh` wipes its data"
                 )
             _topics, err = self._metadata(2.0)
             if not err:
