@@ -1,0 +1,265 @@
+"""Avro single-object encoding of the ksched records (fastavro; schemas parsed once, at import).
+
+Wire format (Avro specification, "Single-object encoding")::
+
+    C3 01 | CRC-64-AVRO of the writer schema's Parsing Canonical Form (8 bytes, little-endian) | body
+
+The body is the plain Avro binary encoding of the record. The fingerprint names
+the writer schema: the current one in ``schemas/`` or a released one in
+``schemas/history/``; data written with an older version is resolved against
+the current (reader) schema, so new fields take their defaults.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+from fastavro import schemaless_reader, schemaless_writer
+from fastavro.validation import ValidationError, validate
+
+from scheduler.records.errors import RecordDecodeError, RecordEncodeError
+from scheduler.records.schemas import (
+    MAGIC,
+    LoadedSchema,
+    expand,
+    load_definitions,
+    load_expanded,
+    load_history,
+)
+from scheduler.records.types import NESTED, TOP_LEVEL, AttemptReport, Record, ScheduleCommand
+
+R = TypeVar("R", bound=Record)
+
+_HEADER_LEN = 10
+_CLASSES: dict[str, type] = {c.AVRO_NAME: c for c in (*TOP_LEVEL, *NESTED)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Writer:
+    schema: LoadedSchema
+    to_avro: Callable[[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    cls: type[Record]
+    name: str
+    version: str  # "current" or "v<N>"
+    writer: Any  # parsed writer schema
+    reader: Any  # parsed reader schema, None when it is the writer schema
+    from_avro: Callable[[dict[str, Any]], Any]
+
+
+def _record_name(t: Any) -> str | None:
+    if isinstance(t, dict) and t.get("type") in ("record", "error"):
+        return str(t["name"])
+    if isinstance(t, str) and t in _CLASSES:
+        return t
+    return None
+
+
+def _is_optional(t: Any) -> bool:
+    return isinstance(t, list) and len(t) == 2 and t[0] == "null"
+
+
+def _is_array(t: Any) -> bool:
+    return isinstance(t, dict) and t.get("type") == "array"
+
+
+def _converters(
+    name: str, schema: Any, built: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]
+) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(dataclass -> dict, dict -> dataclass) for the record ``name``, generated once as flat code."""
+    if name in built:
+        return built[name]
+    if not isinstance(schema, dict):  # a by-name reference always follows the inline definition
+        raise RuntimeError(f"record {name} referenced before its definition")
+    cls = _CLASSES[name]
+    avro_fields = [f["name"] for f in schema["fields"]]
+    py_fields = [f.name for f in fields(cls)]
+    if avro_fields != py_fields:
+        raise RuntimeError(f"{cls.__name__} fields {py_fields} != schema {name} fields {avro_fields}")
+    env: dict[str, Any] = {"_cls": cls}
+    to_parts: list[str] = []
+    from_parts: list[str] = []
+    for i, f in enumerate(schema["fields"]):
+        n, t = f["name"], f["type"]
+        sub: str | None
+        if (sub := _record_name(t)) is not None:
+            env[f"_t{i}"], env[f"_f{i}"] = _converters(sub, t, built)
+            to_parts.append(f"{n!r}: _t{i}(r.{n})")
+            from_parts.append(f"{n}=_f{i}(d[{n!r}])")
+        elif _is_optional(t) and (sub := _record_name(t[1])) is not None:
+            env[f"_t{i}"], env[f"_f{i}"] = _converters(sub, t[1], built)
+            to_parts.append(f"{n!r}: None if r.{n} is None else _t{i}(r.{n})")
+            from_parts.append(f"{n}=None if d[{n!r}] is None else _f{i}(d[{n!r}])")
+        elif _is_array(t) and (sub := _record_name(t["items"])) is not None:
+            env[f"_t{i}"], env[f"_f{i}"] = _converters(sub, t["items"], built)
+            to_parts.append(f"{n!r}: [_t{i}(x) for x in r.{n}]")
+            from_parts.append(f"{n}=tuple([_f{i}(x) for x in d[{n!r}]])")
+        elif _is_array(t):
+            to_parts.append(f"{n!r}: list(r.{n})")
+            from_parts.append(f"{n}=tuple(d[{n!r}])")
+        else:
+            to_parts.append(f"{n!r}: r.{n}")
+            from_parts.append(f"{n}=d[{n!r}]")
+    to_avro = eval("lambda r: {" + ", ".join(to_parts) + "}", env)  # generated once per record type
+    from_avro = eval("lambda d: _cls(" + ", ".join(from_parts) + ")", env)
+    built[name] = (to_avro, from_avro)
+    return built[name]
+
+
+class Codecs:
+    """Encoders and decoders for every top-level record, built once from a schema folder.
+
+    The module-level :func:`encode` / :func:`decode` use the project's
+    ``schemas/``; tests build their own instance over a modified copy.
+    """
+
+    def __init__(self, folder: Path | None = None) -> None:
+        defs, _tops = load_definitions(folder)
+        self._writers: dict[type, _Writer] = {}
+        self._readers: dict[bytes, _Reader] = {}
+        built: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
+        for cls in TOP_LEVEL:
+            if cls.AVRO_NAME not in defs:
+                raise RuntimeError(f"no schema for {cls.AVRO_NAME} in schemas/")
+            current = load_expanded(expand(cls.AVRO_NAME, defs), None)
+            to_avro, from_avro = _converters(cls.AVRO_NAME, current.expanded, built)
+            self._writers[cls] = _Writer(current, to_avro)
+            for old in [current, *load_history(cls.AVRO_NAME, folder)]:
+                if old.fingerprint in self._readers:
+                    continue  # a released version identical to the working copy
+                if old.name != cls.AVRO_NAME:
+                    raise RuntimeError(f"history file for {cls.AVRO_NAME} v{old.version} names {old.name}")
+                same = old is current
+                self._readers[old.fingerprint] = _Reader(
+                    cls, cls.__name__, "current" if same else f"v{old.version}",
+                    old.parsed, None if same else current.parsed, from_avro,
+                )
+
+    def encode(self, record: Record) -> bytes:
+        """Single-object encoding of ``record`` with the current schema of its type.
+
+        Raises :class:`RecordEncodeError` if ``record`` is not a top-level ksched
+        record or does not fit its schema.
+        """
+        w = self._writers.get(type(record))
+        if w is None:
+            raise RecordEncodeError(f"not a top-level ksched record: {type(record).__qualname__}")
+        buf = io.BytesIO()
+        buf.write(w.schema.header)
+        try:
+            schemaless_writer(buf, w.schema.parsed, w.to_avro(record))
+        except Exception as exc:
+            raise RecordEncodeError(_encode_problem(record, w, exc)) from None
+        return buf.getvalue()
+
+    def schema_header(self, cls: type[Record]) -> bytes:
+        """The 10-byte single-object header (marker + fingerprint) of ``cls``'s current schema."""
+        return self._writers[cls].schema.header
+
+    def current_schema(self, cls: type[Record]) -> LoadedSchema:
+        """The current (writer) schema of ``cls``: expanded JSON, parsed form, canonical form, fingerprint."""
+        return self._writers[cls].schema
+
+    @overload
+    def decode(self, data: bytes | bytearray | memoryview, expected: type[R]) -> R: ...
+    @overload
+    def decode(self, data: bytes | bytearray | memoryview, expected: None = None) -> Record: ...
+    def decode(self, data: bytes | bytearray | memoryview, expected: type[Any] | None = None) -> Any:
+        """Decode one single-object-encoded record (of type ``expected``, when given).
+
+        Accepts data written with the current schema or any released version in
+        ``schemas/history/``. Raises :class:`RecordDecodeError`, and nothing else,
+        for anything that is not such a record.
+        """
+        r = self._reader(data)
+        if expected is not None and r.cls is not expected:
+            name = getattr(expected, "__name__", repr(expected))
+            raise RecordDecodeError(f"wrong record type: got {r.name}, expected {name}")
+        return _body(data, r)
+
+    def decode_command_topic(self, data: bytes | bytearray | memoryview) -> ScheduleCommand | AttemptReport:
+        """Decode a ``ksched.commands`` value: a :class:`ScheduleCommand` or an :class:`AttemptReport`.
+
+        The fingerprint tells the two apart; any other record type is a
+        :class:`RecordDecodeError`.
+        """
+        r = self._reader(data)
+        if r.cls is not ScheduleCommand and r.cls is not AttemptReport:
+            raise RecordDecodeError(
+                f"wrong record type: got {r.name}, expected ScheduleCommand or AttemptReport"
+            )
+        out = _body(data, r)
+        assert isinstance(out, ScheduleCommand | AttemptReport)
+        return out
+
+    def record_type(self, data: bytes | bytearray | memoryview) -> type[Record]:
+        """The record type named by ``data``'s header, without decoding the body."""
+        return self._reader(data).cls
+
+    def _reader(self, data: bytes | bytearray | memoryview) -> _Reader:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise RecordDecodeError(f"not bytes: got {type(data).__name__}")
+        n = len(data)
+        if n < _HEADER_LEN:
+            raise RecordDecodeError(
+                f"too short: {n} bytes, a single-object record has a {_HEADER_LEN}-byte header"
+            )
+        if data[0:2] != MAGIC:
+            raise RecordDecodeError(
+                f"wrong marker: {bytes(data[0:2]).hex()}, expected c301 (Avro single-object)"
+            )
+        fp = bytes(data[2:_HEADER_LEN])
+        r = self._readers.get(fp)
+        if r is None:
+            raise RecordDecodeError(
+                f"unknown schema fingerprint {fp.hex()} (not a current or released ksched schema)"
+            )
+        return r
+
+
+def _encode_problem(record: Record, w: _Writer, exc: Exception) -> str:
+    where = f"{type(record).__name__} does not fit schema {w.schema.name}"
+    try:
+        validate(w.to_avro(record), w.schema.parsed, raise_errors=True)
+    except ValidationError as detail:
+        return f"{where}: " + "; ".join(str(e) for e in detail.errors)
+    except Exception as detail:
+        return f"{where}: {type(detail).__name__}: {detail}"
+    return f"{where}: {type(exc).__name__}: {exc}"
+
+
+def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
+    buf = io.BytesIO(data)
+    buf.seek(_HEADER_LEN)
+    try:
+        datum: Any = schemaless_reader(buf, r.writer, r.reader)
+    except Exception as exc:
+        raise RecordDecodeError(
+            f"{r.name} ({r.version} schema): truncated or corrupt body: {type(exc).__name__}: {exc}"
+        ) from None
+    end = buf.tell()
+    if end != len(data):
+        raise RecordDecodeError(
+            f"{r.name} ({r.version} schema): {len(data) - end} trailing bytes after the body"
+        )
+    try:
+        out: Record = r.from_avro(datum)
+    except Exception as exc:
+        raise RecordDecodeError(f"{r.name} ({r.version} schema): {type(exc).__name__}: {exc}") from None
+    return out
+
+
+_DEFAULT = Codecs()
+encode = _DEFAULT.encode
+decode = _DEFAULT.decode
+decode_command_topic = _DEFAULT.decode_command_topic
+record_type = _DEFAULT.record_type
+schema_header = _DEFAULT.schema_header
+current_schema = _DEFAULT.current_schema
