@@ -82,7 +82,7 @@ class _Checker:
     def __init__(self, reader: Json, writer: Json) -> None:
         self.rdefs = _defs_of(reader)
         self.wdefs = _defs_of(writer)
-        self.seen: set[tuple[int, int]] = set()
+        self.active: set[tuple[int, int]] = set()  # record pairs being checked (recursive types)
         self.problems: list[str] = []
 
     def resolve(self, s: Json, defs: dict[str, Json]) -> Json:
@@ -107,14 +107,16 @@ class _Checker:
 
     def check(self, r: Json, w: Json, path: str) -> None:
         r, w = self.resolve(r, self.rdefs), self.resolve(w, self.wdefs)
-        key = (id(r), id(w))
-        if key in self.seen:
-            return
-        self.seen.add(key)
         rk, wk = _kind(r), _kind(w)
         if wk == "union":
             for branch in w:
-                self.check(r, branch, path)
+                b = self.resolve(branch, self.wdefs)
+                if rk != "union" and not self.matches(r, b):
+                    self.problems.append(
+                        f"{path}: writer union branch {_label(b)} cannot be read as {_label(r)}"
+                    )
+                else:
+                    self.check(r, b, path)
             return
         if rk == "union":
             for branch in r:
@@ -127,6 +129,10 @@ class _Checker:
             self.problems.append(f"{path}: type changed from {_label(w)} to {_label(r)}")
             return
         if rk in ("record", "error"):
+            key = (id(r), id(w))
+            if key in self.active:
+                return
+            self.active.add(key)
             wfields = {f["name"]: f for f in w["fields"]}
             for f in r["fields"]:
                 if f["name"] in wfields:
@@ -135,6 +141,7 @@ class _Checker:
                     self.problems.append(
                         f"{path}.{f['name']}: field missing from the written data and has no default"
                     )
+            self.active.discard(key)
         elif rk == "enum":
             missing = [s for s in w["symbols"] if s not in r["symbols"]]
             if missing and "default" not in r:
