@@ -108,7 +108,10 @@ def _converters(
             to_parts.append(f"{n!r}: r.{n}")
             from_parts.append(f"{n}=d[{n!r}]")
     to_avro = eval("lambda r: {" + ", ".join(to_parts) + "}", env)  # generated once per record type
-    from_avro = eval("lambda d: _cls(" + ", ".join(from_parts) + ")", env)
+    if all(part == f"{n}=d[{n!r}]" for part, n in zip(from_parts, avro_fields, strict=True)):
+        from_avro = eval("lambda d: _cls(**d)", env)  # flat record: the fastest construction
+    else:
+        from_avro = eval("lambda d: _cls(" + ", ".join(from_parts) + ")", env)
     built[name] = (to_avro, from_avro)
     return built[name]
 
