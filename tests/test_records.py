@@ -404,6 +404,16 @@ def test_encode_rejects_what_does_not_fit() -> None:
         encode(occurrence(tenant=None))
     with pytest.raises(RecordEncodeError, match="Occurrence"):
         encode(occurrence(version="2"))
+    with pytest.raises(RecordEncodeError, match="field attempt: 2147483648 does not fit an Avro int"):
+        encode(occurrence(attempt=2**31))
+    with pytest.raises(RecordEncodeError, match="attempt"):
+        encode(occurrence(attempt="1"))
+    with pytest.raises(RecordEncodeError, match="field max_runs: -2147483649 does not fit"):
+        encode(
+            ScheduleCommand(
+                request_id="r", tenant="t", kind="CREATE", spec=spec(max_runs=-(2**31) - 1), issued_at_ms=0
+            )
+        )
 
 
 # --- malformed input ---------------------------------------------------------------------------------

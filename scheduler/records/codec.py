@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -62,6 +62,10 @@ def _record_name(t: Any) -> str | None:
     return None
 
 
+def _check_int(name: str, value: Any) -> Any:
+    raise ValueError(f"field {name}: {value!r} does not fit an Avro int (32 bits)")
+
+
 def _is_optional(t: Any) -> bool:
     return isinstance(t, list) and len(t) == 2 and t[0] == "null"
 
@@ -104,6 +108,16 @@ def _converters(
         elif _is_array(t):
             to_parts.append(f"{n!r}: list(r.{n})")
             from_parts.append(f"{n}=tuple(d[{n!r}])")
+        elif t == "int":  # fastavro writes any Python int as a varint; other readers reject > 32 bits
+            env["_int"] = _check_int
+            to_parts.append(f"{n!r}: r.{n} if -2147483648 <= r.{n} <= 2147483647 else _int({n!r}, r.{n})")
+            from_parts.append(f"{n}=d[{n!r}]")
+        elif t == ["null", "int"]:
+            env["_int"] = _check_int
+            to_parts.append(
+                f"{n!r}: r.{n} if r.{n} is None or -2147483648 <= r.{n} <= 2147483647 else _int({n!r}, r.{n})"
+            )
+            from_parts.append(f"{n}=d[{n!r}]")
         else:
             to_parts.append(f"{n!r}: r.{n}")
             from_parts.append(f"{n}=d[{n!r}]")
@@ -229,8 +243,10 @@ class Codecs:
 
 def _encode_problem(record: Record, w: _Writer, exc: Exception) -> str:
     where = f"{type(record).__name__} does not fit schema {w.schema.name}"
+    if isinstance(exc, ValueError) and "does not fit an Avro int" in str(exc):
+        return f"{where}: {exc}"
     try:
-        validate(w.to_avro(record), w.schema.parsed, raise_errors=True)
+        validate(asdict(record), w.schema.parsed, raise_errors=True)  # error path only: asdict is fine
     except ValidationError as detail:
         return f"{where}: " + "; ".join(str(e) for e in detail.errors)
     except Exception as detail:
