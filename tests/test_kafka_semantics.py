@@ -18,14 +18,17 @@ pytestmark = pytest.mark.kafka
 
 def _topic(settings: Settings, admin_bootstrap: str, suffix: str, **config: str) -> str:
     name = f"{settings.namespace}.t-{suffix}-{uuid.uuid4().hex[:6]}"
-    fut = admin_client(admin_bootstrap).create_topics(
+    admin = admin_client(admin_bootstrap)  # keep the handle alive until the future resolves
+    fut = admin.create_topics(
         [NewTopic(name, num_partitions=1, replication_factor=1, config=config)]
     )
     fut[name].result(timeout=30)
     return name
 
 
-def _read_all(bootstrap: str, topic: str, *, isolation: str, expect: int, timeout_s: float = 20) -> list[bytes]:
+def _read_all(
+    bootstrap: str, topic: str, *, isolation: str, expect: int, timeout_s: float = 20
+) -> list[bytes]:
     c = consumer(bootstrap, **{"isolation.level": isolation})
     c.assign([TopicPartition(topic, 0, 0)])
     out: list[bytes] = []
@@ -81,8 +84,11 @@ def test_zombie_producer_is_fenced(kafka_settings: Settings) -> None:
     with pytest.raises(KafkaException) as info:
         old.commit_transaction(30)
     err: KafkaError = info.value.args[0]
-    assert err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                         KafkaError.INVALID_PRODUCER_EPOCH)
+    assert err.fatal() or err.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
     new.begin_transaction()
     new.produce(topic, value=b"owner")
     new.commit_transaction(30)

@@ -69,8 +69,17 @@ def test_apply_fixes_config_drift_and_reports_partition_drift(kafka_settings: Se
     assert [(c.topic, c.action, c.applied) for c in fixed] == [(victim, "alter", True)]
     assert apply_topics(admin, plans) == []
 
-    wider = [p if p.name != victim else type(p)(name=p.name, partitions=p.partitions + 2,
-             replication_factor=p.replication_factor, configs=p.configs) for p in plans]
+    wider = [
+        p
+        if p.name != victim
+        else type(p)(
+            name=p.name,
+            partitions=p.partitions + 2,
+            replication_factor=p.replication_factor,
+            configs=p.configs,
+        )
+        for p in plans
+    ]
     drift = apply_topics(admin, wider)
     assert [(c.topic, c.action, c.applied) for c in drift] == [(victim, "drift", False)]
     assert "partitions" in drift[0].detail

@@ -6,6 +6,7 @@ Knows Kafka and nothing of the domain: the caller passes plain topic plans
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -127,6 +128,7 @@ def apply_topics(
             )
     if to_create and not dry_run:
         _wait(admin.create_topics(to_create, operation_timeout=timeout_s), "create topic")
+        _await_metadata(admin, [t.topic for t in to_create], timeout_s)
     if to_check:
         resources = [ConfigResource(ResourceType.TOPIC, p.name) for p in to_check]
         described = admin.describe_configs(resources)
@@ -155,6 +157,20 @@ def apply_topics(
         if alters and not dry_run:
             _wait(admin.incremental_alter_configs(alters), "alter configs of")
     return changes
+
+
+def _await_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Creation is acknowledged before every broker's metadata shows the topic;
+    wait for it so that an immediate second apply sees no change."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(n in topics and topics[n].partitions for n in names):
+            return
+        if time.monotonic() > deadline:
+            missing = [n for n in names if n not in topics]
+            raise AdminError(f"created topics not visible in metadata after {timeout_s}s: {missing}")
+        time.sleep(0.1)
 
 
 def delete_topics(admin: AdminClient, names: Iterable[str], timeout_s: float = 30) -> None:
