@@ -371,6 +371,7 @@ def test_public_api_is_pinned() -> None:
             "RecordDecodeError",
             "RecordEncodeError",
             "RetryTimer",
+            "LaneCursor",
             "RunningAttempt",
             "Schedule",
             "ScheduleCommand",

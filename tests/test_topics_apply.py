@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -62,6 +64,9 @@ def test_apply_fixes_config_drift_and_reports_partition_drift(kafka_settings: Se
     )
     for f in futs.values():
         f.result(timeout=30)
+    deadline = time.monotonic() + 30  # an altered config reaches describe_configs a moment later
+    while _configs(bootstrap, victim)["retention.ms"] != "1234" and time.monotonic() < deadline:
+        time.sleep(0.2)
     dry = apply_topics(admin, plans, dry_run=True)
     assert [(c.topic, c.action, c.applied) for c in dry] == [(victim, "alter", False)]
     assert "retention.ms: 1234 -> 86400000" in dry[0].detail

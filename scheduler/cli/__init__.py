@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "topics_cmd",
     "tenants_cmd",
     "preview_cmd",
+    "processor_cmd",
     "bench_cmd",
 )
 

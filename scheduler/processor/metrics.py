@@ -18,7 +18,9 @@ class ProcessorMetrics:
         self.schedule_lag = Histogram(
             "ksched_schedule_lag_seconds",
             "enqueued_at - scheduled_for of emitted occurrences",
-            ["tenant", "lane"], buckets=LAG_BUCKETS, registry=r,
+            ["tenant", "lane"],
+            buckets=LAG_BUCKETS,
+            registry=r,
         )
         self.emitted = Counter("ksched_emitted_total", "occurrences emitted", ["tenant", "lane"], registry=r)
         self.missed = Counter("ksched_missed_total", "occurrences recorded MISSED", ["tenant"], registry=r)
@@ -27,16 +29,20 @@ class ProcessorMetrics:
         )
         self.rejected = Counter("ksched_rejected_total", "rejected commands", ["tenant", "code"], registry=r)
         self.reports = Counter("ksched_attempt_reports_total", "attempt reports seen", ["kind"], registry=r)
-        self.due_backlog = Gauge("ksched_due_backlog", "occurrences due but not yet emitted", ["shard"],
-                                 registry=r)
+        self.due_backlog = Gauge(
+            "ksched_due_backlog", "occurrences due but not yet emitted", ["shard"], registry=r
+        )
         self.watermark_lag_seconds = Gauge(
             "ksched_watermark_lag_seconds", "now - shard watermark", ["shard"], registry=r
         )
-        self.restore_seconds = Gauge("ksched_restore_seconds", "time to restore a shard", ["shard"],
-                                     registry=r)
+        self.restore_seconds = Gauge(
+            "ksched_restore_seconds", "time to restore a shard", ["shard"], registry=r
+        )
         self.transaction_seconds = Histogram(
-            "ksched_transaction_seconds", "tick transaction time",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5), registry=r,
+            "ksched_transaction_seconds",
+            "tick transaction time",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+            registry=r,
         )
         self.schedules = Gauge("ksched_schedules", "schedules held by the shard", ["shard"], registry=r)
 

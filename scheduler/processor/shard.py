@@ -114,7 +114,9 @@ class Shard:
         self.active_count: dict[str, int] = {}
         self._trigger: dict[str, TokenBucket] = {}
         self._catchup_rate: dict[str, TokenBucket] = {}
-        self.dirty_cursors = False
+        # The last ksched.schedules value per schedule (opaque bytes), so a state-only
+        # change (pause, resume, cancel, completion) can rewrite the record with its spec.
+        self.schedule_records: dict[str, bytes] = {}
 
     # -- queues -----------------------------------------------------------------
     def queue(self, tenant: str, lane: Lane) -> LaneQueue:

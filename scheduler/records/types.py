@@ -187,6 +187,19 @@ class ShardState:
     ticks: int
     occurrences_emitted: int
     updated_at_ms: int
+    cursors: tuple[LaneCursor, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaneCursor:
+    """Avro ``ksched.v1.LaneCursor`` (inside :class:`ShardState`)."""
+
+    AVRO_NAME: ClassVar[str] = f"{NS}.LaneCursor"
+
+    tenant: str
+    lane: Lane
+    at_s: int
+    schedule_id: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -346,6 +359,6 @@ TOP_LEVEL: tuple[type[Record], ...] = (
     ScheduleCommand, AttemptReport, Schedule, ScheduleHistoryEntry, ShardState, ScheduleRuntime,
     CommandResult, Occurrence, OccurrenceEvent, DlqEntry, VersionRecord,
 )
-NESTED: tuple[type[ScheduleSpecRecord | RunningAttempt | RetryTimer | QueuedOccurrence], ...] = (
-    ScheduleSpecRecord, RunningAttempt, RetryTimer, QueuedOccurrence,
+NESTED: tuple[type[ScheduleSpecRecord | RunningAttempt | RetryTimer | QueuedOccurrence | LaneCursor], ...] = (
+    ScheduleSpecRecord, RunningAttempt, RetryTimer, QueuedOccurrence, LaneCursor,
 )

@@ -1,0 +1,370 @@
+"""The processor process: one consumer group on ``ksched.commands``, one shard per partition.
+
+This module joins the shard model (no Kafka) with the Kafka layer through the
+record codecs. The rebalance path and the commit order are written once, as
+numbered steps, in :meth:`Processor._on_assign` / :meth:`Processor._on_revoke`
+and :meth:`Processor._tick_shard`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from scheduler.kafka.clients import consumer_config, transactional_producer
+from scheduler.processor import codec
+from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.model import Lane
+from scheduler.processor.restore import restore_shard
+from scheduler.processor.shard import Shard, TickOutput
+from scheduler.settings import Settings
+from scheduler.tenants import Tenant, load_tenants
+from scheduler.topology import topic_name
+
+log = logging.getLogger("ksched.processor")
+
+FAILPOINTS = ("before_produce", "after_produce", "before_commit", "after_commit")
+
+
+@dataclass
+class Failpoint:
+    """``KSCHED_FAILPOINT=<point>[:<n>]``: ``os._exit(137)`` the n-th time (default 1st)
+    that ``point`` is reached in a tick that emits dispatch records. For crash tests only."""
+
+    point: str | None = None
+    remaining: int = 1
+
+    @staticmethod
+    def from_env() -> Failpoint:
+        raw = os.environ.get("KSCHED_FAILPOINT", "")
+        if not raw:
+            return Failpoint()
+        point, _, n = raw.partition(":")
+        if point not in FAILPOINTS:
+            raise ValueError(f"KSCHED_FAILPOINT: {point!r} is not one of {', '.join(FAILPOINTS)}")
+        return Failpoint(point, int(n or 1))
+
+    def hit(self, point: str) -> None:
+        if point == self.point:
+            self.remaining -= 1
+            if self.remaining <= 0:
+                log.warning("failpoint %s: exiting", point)
+                os._exit(137)
+
+
+@dataclass
+class OwnedShard:
+    shard: Shard
+    producer: Producer
+    partition: TopicPartition
+    last_state_write: float = 0.0
+    offsets: dict[int, int] = field(default_factory=dict)
+
+
+class Processor:
+    """Run with :meth:`run` until :meth:`stop` (or SIGTERM/SIGINT)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        tenants: dict[str, Tenant] | None = None,
+        instance_id: str | None = None,
+        tick_budget: int = 20_000,
+        metrics: ProcessorMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.tenants = tenants if tenants is not None else load_tenants(settings.tenants_file)
+        self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
+        self.tick_budget = tick_budget
+        self.metrics = metrics or ProcessorMetrics()
+        self.clock = clock
+        self.failpoint = Failpoint.from_env()
+        self.owned: dict[int, OwnedShard] = {}
+        self._stop = threading.Event()
+        ns = settings.namespace
+        self.t_commands = topic_name(settings, "commands")
+        self.t_schedules = topic_name(settings, "schedules")
+        self.t_history = topic_name(settings, "schedule-history")
+        self.t_state = topic_name(settings, "state")
+        self.t_results = topic_name(settings, "results")
+        self.t_events = topic_name(settings, "occurrence-events")
+        self.group_id = f"{ns}.processor"
+        self.consumer: Consumer | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+
+    def run(self) -> None:
+        cfg = consumer_config(
+            self.settings.bootstrap_servers,
+            self.group_id,
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 1000,
+                "max.poll.interval.ms": 300_000,
+                "fetch.wait.max.ms": 10,
+                "client.id": f"ksched-processor-{self.instance_id}",
+            },
+        )
+        self.consumer = Consumer(cfg)
+        self.consumer.subscribe(
+            [self.t_commands], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        log.info("processor %s joined group %s", self.instance_id, self.group_id)
+        try:
+            while not self._stop.is_set():
+                self._loop_once()
+        finally:
+            for p in list(self.owned):
+                self._drop(p)
+            self.consumer.close()
+            log.info("processor %s stopped", self.instance_id)
+
+    def _loop_once(self) -> None:
+        assert self.consumer is not None
+        timeout = self._poll_timeout()
+        msgs = self.consumer.consume(num_messages=5000, timeout=timeout)  # rebalance callbacks run here
+        by_partition: dict[int, list[Message]] = defaultdict(list)
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error: %s", err)
+                continue
+            by_partition[m.partition() or 0].append(m)
+        now = self.clock()
+        for p, owned in list(self.owned.items()):
+            self._tick_shard(owned, by_partition.get(p, []), now)
+
+    def _poll_timeout(self) -> float:
+        tick = self.settings.tick_interval_ms / 1000
+        now = self.clock()
+        soonest = tick
+        for owned in self.owned.values():
+            if owned.shard.catch_up and any(owned.shard.catch_up.values()):
+                return 0.0
+            for q in owned.shard.queues.values():
+                nd = q.next_due()
+                if nd is not None:
+                    soonest = min(soonest, max(0.0, nd - now))
+        return soonest
+
+    # -- the rebalance path (the only one) --------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Take ownership of shards, one by one:
+
+        1. create the shard's transactional producer (``transactional.id`` =
+           ``<namespace>.processor.shard-<p>``) and ``init_transactions()``: this
+           fences the previous owner and aborts its open transaction, so
+           ``read_committed`` readers are not held back by it;
+        2. restore the shard from ``ksched.state[p]`` (cursors, runtime state)
+           and ``ksched.schedules[p]``, ``read_committed``, to the end;
+        3. arm every active schedule from the restored cursors;
+        4. commands resume from the group's committed offset of ``commands[p]``
+           (the consumer does this after the callback returns).
+        """
+        for tp in partitions:
+            p = tp.partition
+            started = time.monotonic()
+            producer = transactional_producer(
+                self.settings.bootstrap_servers,
+                f"{self.settings.namespace}.processor.shard-{p}",
+                **{"transaction.timeout.ms": 30_000},
+            )
+            producer.init_transactions(60)
+            shard = Shard(p, self.tenants, partitions=self.settings.partitions)
+            stats = restore_shard(self.settings, shard, p)
+            shard.finish_restore()
+            elapsed = time.monotonic() - started
+            self.metrics.restore_seconds.labels(shard=str(p)).set(elapsed)
+            log.info(
+                "shard %d: restored %d schedules, %d state records in %.2fs; watermark %d",
+                p,
+                stats.schedules,
+                stats.state_records,
+                elapsed,
+                shard.watermark(),
+            )
+            self.owned[p] = OwnedShard(shard, producer, TopicPartition(self.t_commands, p))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Give up shards. No transaction is open here: ticks run between polls,
+        and every tick commits or aborts before the next poll. Drop the shard."""
+        for tp in partitions:
+            self._drop(tp.partition)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Ownership already lost (session timeout): our producer is or will be fenced."""
+        log.warning("shards lost: %s", [tp.partition for tp in partitions])
+        self._on_revoke(consumer, partitions)
+
+    def _drop(self, p: int) -> None:
+        owned = self.owned.pop(p, None)
+        if owned is None:
+            return
+        with contextlib.suppress(KafkaException):
+            owned.producer.flush(5)
+        log.info("shard %d: dropped", p)
+
+    # -- the tick (the only commit order) ---------------------------------------
+    def _tick_shard(self, owned: OwnedShard, msgs: list[Message], clock: float) -> None:
+        """One transaction for shard p:
+
+        1. apply the commands and reports polled for p (results, schedules,
+           history, versions records);
+        2. emit the occurrences now due — strict, flexible, then catch-up —
+           to ``ksched.dispatch.<tenant>``, up to the tick budget;
+        3. write the advanced cursors and changed runtime state to ``ksched.state``;
+        4. ``send_offsets_to_transaction`` for the consumed commands; commit.
+
+        Any Kafka error aborts the transaction; a fenced producer drops the shard
+        (another owner has it) — nothing of this tick becomes visible.
+        """
+        shard, producer, p = owned.shard, owned.producer, owned.partition.partition
+        now = int(clock)
+        started = time.monotonic()
+        try:
+            producer.begin_transaction()
+            # 1. commands
+            for m in msgs:
+                self._apply_message(owned, m, now)
+            # 2. due occurrences
+            out = shard.due(now, self.tick_budget, clock)
+            if out.dispatch:
+                self.failpoint.hit("before_produce")
+            self._write_tick(owned, out, clock)
+            if out.dispatch:
+                self.failpoint.hit("after_produce")
+            # 3. cursors
+            if msgs or out.dispatch or out.events or clock - owned.last_state_write >= 1.0:
+                producer.produce(
+                    self.t_state,
+                    key=codec.shard_state_key(p),
+                    value=codec.encode_shard_state(shard, clock),
+                    partition=p,
+                )
+                owned.last_state_write = clock
+            # 4. offsets, commit
+            if msgs:
+                offsets = [TopicPartition(self.t_commands, p, (msgs[-1].offset() or 0) + 1)]
+                assert self.consumer is not None
+                producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
+            if out.dispatch:
+                self.failpoint.hit("before_commit")
+            producer.commit_transaction(30)
+            if out.dispatch:
+                self.failpoint.hit("after_commit")
+        except KafkaException as exc:
+            self._tick_failed(owned, exc)
+            return
+        self.metrics.transaction_seconds.observe(time.monotonic() - started)
+        self.metrics.observe_tick(shard, out, clock)
+
+    def _tick_failed(self, owned: OwnedShard, exc: KafkaException) -> None:
+        err: KafkaError = exc.args[0]
+        p = owned.partition.partition
+        if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+            log.error("shard %d: producer fenced (%s): another processor owns it; dropping", p, err)
+            self.owned.pop(p, None)
+            return
+        log.warning("shard %d: tick aborted: %s; restoring", p, err)
+        with contextlib.suppress(KafkaException):
+            owned.producer.abort_transaction(30)
+        # The in-memory shard ran ahead of what was committed: rebuild it from Kafka.
+        self.owned.pop(p, None)
+        assert self.consumer is not None
+        self._on_assign(self.consumer, [owned.partition])
+        # Re-read the commands of the aborted tick from the committed offset.
+        committed = self.consumer.committed([owned.partition], 30)[0]
+        self.consumer.seek(TopicPartition(self.t_commands, p, max(committed.offset, 0)))
+
+    def _apply_message(self, owned: OwnedShard, m: Message, now: int) -> None:
+        shard, producer, p = owned.shard, owned.producer, owned.partition.partition
+        try:
+            decoded = codec.decode_command_topic(m.value() or b"")
+        except codec.RecordDecodeError as exc:
+            self.metrics.rejected.labels(tenant="?", code="UNDECODABLE").inc()
+            rid = f"undecodable-{p}-{m.offset()}"
+            producer.produce(
+                self.t_results, key=rid.encode(), value=codec.encode_undecodable_result(rid, str(exc), now)
+            )
+            return
+        if codec.is_attempt_report(decoded):
+            self.metrics.reports.labels(kind=codec.report_kind(decoded)).inc()
+            return
+        outcome = codec.apply_command(shard, decoded, now)
+        producer.produce(
+            self.t_results, key=outcome.request_id.encode(), value=codec.encode_result(outcome, now)
+        )
+        if not outcome.accepted:
+            self.metrics.rejected.labels(tenant=outcome.tenant, code=outcome.code or "?").inc()
+            return
+        if outcome.entry is None:
+            return  # idempotent replay: nothing changed
+        self._write_schedule_change(owned, outcome.entry, outcome.kind, outcome.request_id, outcome.spec, now)
+        for ev in outcome.events:
+            producer.produce(
+                self.t_events, key=ev.schedule_id.encode(), value=codec.encode_event(ev, now), partition=p
+            )
+
+    def _write_schedule_change(
+        self, owned: OwnedShard, entry: Any, kind: str, request_id: str, spec: Any, now: int
+    ) -> None:
+        shard, producer, p = owned.shard, owned.producer, owned.partition.partition
+        key = entry.schedule_id.encode()
+        previous = shard.schedule_records.get(entry.schedule_id)
+        sched, hist, version = codec.encode_schedule_change(entry, kind, request_id, spec, now, previous)
+        if sched is not None:
+            producer.produce(self.t_schedules, key=key, value=sched, partition=p)
+            shard.schedule_records[entry.schedule_id] = sched
+        if hist is not None:
+            producer.produce(self.t_history, key=key, value=hist, partition=p)
+        producer.produce(
+            topic_name(self.settings, "versions", entry.tenant), key=key, value=version, partition=p
+        )
+
+    def _write_tick(self, owned: OwnedShard, out: TickOutput, clock: float) -> None:
+        producer, p = owned.producer, owned.partition.partition
+        now_ms = int(clock * 1000)
+        topics: dict[str, str] = {}
+        produce = producer.produce
+        for occ in out.dispatch:
+            topic = topics.get(occ.tenant)
+            if topic is None:
+                topic = topics[occ.tenant] = topic_name(self.settings, "dispatch", occ.tenant)
+            value = occ.prepared or codec.encode_dispatch(occ, now_ms)
+            while True:
+                try:
+                    produce(topic, value, occ.schedule_id.encode(), partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        for ev in out.events:
+            produce(self.t_events, codec.encode_event(ev, int(clock)), ev.schedule_id.encode(), partition=p)
+        for entry in out.completed:
+            self._write_schedule_change(
+                owned, entry, "COMPLETE", f"complete-{entry.schedule_id}", None, int(clock)
+            )
+        producer.poll(0)
+
+
+def lane_name(lane: Lane) -> str:
+    return lane.name
