@@ -1,0 +1,298 @@
+"""``ksched bench burst``: N schedules fall due at one instant; measure lag against a plain producer.
+
+Runs against the configured cluster (the embedded broker by default) in a
+fresh namespace: loads N CREATE commands through ``ksched.commands`` to a
+processor subprocess, lets every schedule fall due at the top of a minute,
+and reads the dispatch topics ``read_committed``. In the same run a plain
+confluent-kafka producer with the same settings writes N records of the same
+size to the same broker: the practical limit on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("burst", help="N schedules due at one instant: lag and rate")
+    p.add_argument("--schedules", type=int, default=500_000)
+    p.add_argument("--tenants", type=int, default=1)
+    p.add_argument("--flexible-share", type=float, default=0.0)
+    p.add_argument("--json", dest="json_file", default="bench-out/burst.json")
+    p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
+    p.add_argument("--metrics-port", type=int, default=9471)
+    p.set_defaults(handler=_run)
+
+
+def _pct(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return float("nan")
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
+
+
+def _restore_seconds(port: int) -> float | None:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    vals = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ksched_restore_seconds{")
+    ]
+    return max(vals) if vals else None
+
+
+def _rss(pid: int) -> int:
+    import psutil
+
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from scheduler.domain import ScheduleSpec
+    from scheduler.kafka.admin import admin_client, apply_topics
+    from scheduler.kafka.clients import consumer, producer
+    from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
+    from scheduler.settings import load_settings
+    from scheduler.tenants import Tenant, add_tenant, load_tenants
+    from scheduler.topology import desired_topics, topic_name
+
+    n, ntenants = args.schedules, max(1, args.tenants)
+    ns = f"bench-{secrets.token_hex(3)}"
+    tmp = Path(tempfile.mkdtemp(prefix="ksched-bench-"))
+    tenants_file = tmp / "tenants.toml"
+    env = {**os.environ, "KSCHED_NAMESPACE": ns, "KSCHED_TENANTS_FILE": str(tenants_file)}
+    settings = load_settings(env=env)
+    names = [f"t{i}" for i in range(ntenants)]
+    for t in names:
+        add_tenant(tenants_file, Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n))
+    admin = admin_client(settings.bootstrap_servers)
+    apply_topics(admin, desired_topics(settings, load_tenants(tenants_file)))
+    bs = settings.bootstrap_servers
+
+    # 1. The baseline: a plain producer, same settings, records of the dispatch size.
+    sample = 160
+    base_topic = f"{ns}.baseline"
+    from confluent_kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic(base_topic, settings.partitions, 1)])[base_topic].result(30)
+    time.sleep(1)
+    plain = producer(bs)
+    value = os.urandom(sample)
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                plain.produce(base_topic, value, str(i).encode())
+                break
+            except BufferError:
+                plain.poll(0.01)
+    plain.flush(120)
+    plain_rate = n / (time.perf_counter() - t0)
+    print(f"plain producer: {plain_rate:,.0f} records/s ({n:,} x {sample} B)")
+
+    # 2. A processor.
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scheduler",
+            "processor",
+            "--log-level",
+            "WARNING",
+            "--metrics-port",
+            str(args.metrics_port),
+        ],
+        env=env,
+    )
+    try:
+        time.sleep(3)
+        rss_before = _rss(proc.pid)
+        # 3. Load N creates, all due at one top of a minute far enough ahead.
+        est_load_s = n / 5000 + 30
+        due = (int(time.time() + est_load_s) // 60 + 1) * 60
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due))
+        results = consumer(bs)
+        t_results = topic_name(settings, "results")
+        results.assign([TopicPartition(t_results, p, 0) for p in range(settings.partitions)])
+        cmd_producer = producer(bs)
+        t_commands = topic_name(settings, "commands")
+        nflex = int(n * args.flexible_share)
+        t_load = time.perf_counter()
+        for i in range(n):
+            spec = ScheduleSpec(
+                kind="once",
+                at=at,
+                timezone="UTC",
+                handler="noop",
+                payload=b"x" * 32,
+                window_minutes=1 if i < nflex else 0,
+            )
+            sid = uuid.uuid4().hex
+            cmd = ScheduleCommand(
+                request_id=sid,
+                tenant=names[i % ntenants],
+                schedule_id=sid,
+                kind="CREATE",
+                spec=ScheduleSpecRecord.from_domain(spec),
+                issued_at_ms=int(time.time() * 1000),
+            )
+            while True:
+                try:
+                    cmd_producer.produce(t_commands, encode(cmd), sid.encode())
+                    break
+                except BufferError:
+                    cmd_producer.poll(0.01)
+        cmd_producer.flush(300)
+        accepted = 0
+        seen_results = 0
+        deadline = time.monotonic() + 600
+        while seen_results < n and time.monotonic() < deadline:
+            for m in results.consume(10_000, 0.5):
+                if m.error() is None:
+                    seen_results += 1
+                    accepted += decode(m.value() or b"", CommandResult).status == "ACCEPTED"
+        load_s = time.perf_counter() - t_load
+        commands_per_s = seen_results / load_s
+        print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
+        time.sleep(1)
+        rss_after = _rss(proc.pid)
+        if time.time() > due:
+            print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
+
+        # 4. Read the burst read_committed; lag two ways.
+        reader = consumer(bs, None, **{"fetch.wait.max.ms": 10})
+        reader.assign(
+            [
+                TopicPartition(topic_name(settings, "dispatch", t), p, 0)
+                for t in names
+                for p in range(settings.partitions)
+            ]
+        )
+        vis: list[float] = []
+        app: list[float] = []
+        over_time: list[tuple[float, float]] = []
+        ids: set[str] = set()
+        total = 0
+        from scheduler.records import Occurrence
+
+        deadline = time.monotonic() + max(60.0, due - time.time() + 120)
+        first_emit = last_emit = None
+        while len(ids) < n and time.monotonic() < deadline:
+            for m in reader.consume(10_000, 0.2):
+                if m.error() is not None:
+                    continue
+                now = time.time()
+                occ = decode(m.value() or b"", Occurrence)
+                total += 1
+                ids.add(occ.occurrence_id)
+                ref = occ.available_at_ms / 1000
+                vis.append(now - ref)
+                app.append(m.timestamp()[1] / 1000 - ref)
+                over_time.append((now - due, now - ref))
+                first_emit = first_emit or m.timestamp()[1] / 1000
+                last_emit = m.timestamp()[1] / 1000
+        emit_rate = total / max(1e-3, (last_emit or 0) - (first_emit or 0)) if total > 1 else 0.0
+        reader.close()
+
+        # 5. Restore: restart the processor, read its restore time.
+        proc.terminate()
+        proc.wait(60)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scheduler",
+                "processor",
+                "--log-level",
+                "WARNING",
+                "--metrics-port",
+                str(args.metrics_port),
+            ],
+            env=env,
+        )
+        restore_s = None
+        deadline = time.monotonic() + 180
+        while restore_s is None and time.monotonic() < deadline:
+            time.sleep(1)
+            restore_s = _restore_seconds(args.metrics_port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    vis.sort()
+    app.sort()
+    out = {
+        "schedules": n,
+        "tenants": ntenants,
+        "flexible_share": args.flexible_share,
+        "lag_p50_s": _pct(vis, 0.50),
+        "lag_p95_s": _pct(vis, 0.95),
+        "lag_p99_s": _pct(vis, 0.99),
+        "lag_max_s": vis[-1] if vis else float("nan"),
+        "append_lag_p99_s": _pct(app, 0.99),
+        "emit_rate_per_s": emit_rate,
+        "plain_producer_rate_per_s": plain_rate,
+        "ratio": emit_rate / plain_rate if plain_rate else 0.0,
+        "missing": n - len(ids),
+        "duplicates": total - len(ids),
+        "rss_bytes_per_schedule": (rss_after - rss_before) / n,
+        "restore_s": restore_s,
+        "commands_per_s": commands_per_s,
+        "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
+    }
+    path = Path(args.json_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    for k, v in out.items():
+        print(f"{k:28} {v:,.3f}" if isinstance(v, float) else f"{k:28} {v}")
+    _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))
+    print(f"wrote {path}")
+    names_to_delete = [t for t in admin.list_topics(timeout=10).topics if t.startswith(ns + ".")]
+    if names_to_delete:
+        admin.delete_topics(names_to_delete)
+    return 0 if out["missing"] == 0 and out["duplicates"] == 0 else 1
+
+
+def _plot(over_time: list[tuple[float, float]], lags: list[float], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    step = max(1, len(over_time) // 20_000)
+    pts = over_time[::step]
+    a.scatter([p[0] for p in pts], [p[1] for p in pts], s=1)
+    a.set_xlabel("seconds after the due instant")
+    a.set_ylabel("lag (s), consumer-visible")
+    a.set_title("lag over time")
+    if lags:
+        ys = [i / len(lags) for i in range(len(lags))][::step]
+        b.plot(lags[::step], ys)
+    b.set_xlabel("lag (s)")
+    b.set_ylabel("fraction")
+    b.set_title("lag CDF")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
