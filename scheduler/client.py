@@ -135,3 +135,41 @@ class SchedulerClient:
         raise TimeoutError(
             f"no result for request {request_id} within {self.timeout_s}s: is a processor running?"
         )
+
+
+def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> dict[str, object]:
+    """The current ``Schedule`` records of ``tenant``, read from the compacted ``ksched.schedules``.
+
+    A tenant sees only its own schedules: records of other tenants are skipped.
+    """
+    from scheduler.records import Schedule
+
+    topic = topic_name(settings, "schedules")
+    c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        todo = set()
+        assign = []
+        for p in parts:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                todo.add(p)
+                assign.append(TopicPartition(topic, p, low))
+        c.assign(assign)
+        out: dict[str, object] = {}
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                err = m.error()
+                if err is not None:
+                    todo.discard(m.partition() or 0)
+                    continue
+                try:
+                    s = decode(m.value() or b"", Schedule)
+                except ValueError:
+                    continue
+                if s.tenant == tenant:
+                    out[s.schedule_id] = s
+        return out
+    finally:
+        c.close()

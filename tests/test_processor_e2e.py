@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import TopicPartition
 
-from scheduler.client import CommandRejected, SchedulerClient
+from scheduler.client import CommandRejected, SchedulerClient, read_schedules
 from scheduler.domain import ScheduleSpec, occurrence_id
 from scheduler.kafka.clients import consumer
 from scheduler.records import Occurrence, decode
@@ -92,6 +92,9 @@ def test_create_dispatches_at_its_time_and_bad_commands_are_answered(cluster: Se
             assert occ.occurrence_id == occurrence_id(acc.schedule_id, 1, due)
             assert (occ.payload, occ.tenant, occ.scheduled_for_ms) == (b"hello", "e2e", due * 1000)
             assert occ.enqueued_at_ms - occ.scheduled_for_ms < 2000
+            mine = read_schedules(cluster, "e2e")
+            assert getattr(mine[acc.schedule_id], "state", None) in ("ACTIVE", "COMPLETED")
+            assert acc.schedule_id not in read_schedules(cluster, "other")  # tenants never see each other
     finally:
         proc.terminate()
         proc.wait(30)

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tenants_cmd",
     "preview_cmd",
     "processor_cmd",
+    "schedule_cmd",
     "bench_cmd",
 )
 
