@@ -57,6 +57,20 @@ def _restore_seconds(port: int) -> float | None:
     return max(vals) if vals else None
 
 
+def _start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "scheduler",
+        "processor",
+        "--log-level",
+        "WARNING",
+        "--metrics-port",
+        str(metrics_port),
+    ]
+    return subprocess.Popen(cmd, env=env)
+
+
 def _rss(pid: int) -> int:
     import psutil
 
@@ -107,19 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"plain producer: {plain_rate:,.0f} records/s ({n:,} x {sample} B)")
 
     # 2. A processor.
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scheduler",
-            "processor",
-            "--log-level",
-            "WARNING",
-            "--metrics-port",
-            str(args.metrics_port),
-        ],
-        env=env,
-    )
+    proc = _start_processor(env, args.metrics_port)
     try:
         time.sleep(3)
         rss_before = _rss(proc.pid)
@@ -213,19 +215,7 @@ def _run(args: argparse.Namespace) -> int:
         # 5. Restore: restart the processor, read its restore time.
         proc.terminate()
         proc.wait(60)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "scheduler",
-                "processor",
-                "--log-level",
-                "WARNING",
-                "--metrics-port",
-                str(args.metrics_port),
-            ],
-            env=env,
-        )
+        proc = _start_processor(env, args.metrics_port)
         restore_s = None
         deadline = time.monotonic() + 180
         while restore_s is None and time.monotonic() < deadline:
