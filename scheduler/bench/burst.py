@@ -128,7 +128,10 @@ def _run(args: argparse.Namespace) -> int:
         # 3. Load N creates, all due at one top of a minute far enough ahead.
         est_load_s = n / 700 + 20  # measured: ~1,000 commands/s through one processor on 2 cores
         due = (int(time.time() + est_load_s) // 60 + 1) * 60
-        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due))
+        # A daily cron at the due minute: every schedule falls due at that one instant and re-arms for
+        # tomorrow (a one-time spec would also measure its COMPLETED schedule writes).
+        due_tm = time.gmtime(due)
+        cron = f"{due_tm.tm_min} {due_tm.tm_hour} * * *"
         results = consumer(bs)
         t_results = topic_name(settings, "results")
         results.assign([TopicPartition(t_results, p, 0) for p in range(settings.partitions)])
@@ -138,8 +141,8 @@ def _run(args: argparse.Namespace) -> int:
         t_load = time.perf_counter()
         for i in range(n):
             spec = ScheduleSpec(
-                kind="once",
-                at=at,
+                kind="cron",
+                cron=cron,
                 timezone="UTC",
                 handler="noop",
                 payload=b"x" * 32,
