@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
 from scheduler.domain import CompiledSpec, ScheduleSpec
 
@@ -157,7 +156,3 @@ class Event:
     scheduled_for: int
     state: str
     reason: str | None = None
-
-
-def describe(obj: Any) -> str:
-    return repr(obj)

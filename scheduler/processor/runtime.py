@@ -24,7 +24,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from scheduler.kafka.clients import consumer_config, transactional_producer
 from scheduler.processor import codec
 from scheduler.processor.metrics import ProcessorMetrics
-from scheduler.processor.model import Lane
 from scheduler.processor.restore import restore_shard
 from scheduler.processor.shard import Shard, TickOutput
 from scheduler.settings import Settings
@@ -364,7 +363,3 @@ class Processor:
                 owned, entry, "COMPLETE", f"complete-{entry.schedule_id}", None, int(clock)
             )
         producer.poll(0)
-
-
-def lane_name(lane: Lane) -> str:
-    return lane.name
