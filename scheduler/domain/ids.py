@@ -74,10 +74,15 @@ def jitter_s(occurrence_id: str, window_minutes: int) -> int:
     """Deterministic offset in ``[0, window_minutes * 60)`` seconds (0 for a strict window)."""
     if window_minutes < 0:
         raise ValueError("window_minutes must be >= 0")
-    if window_minutes == 0:
+    return jitter_within_s(occurrence_id, window_minutes * 60)
+
+
+def jitter_within_s(occurrence_id: str, window_s: int) -> int:
+    """The same deterministic offset over a window in seconds: ``[0, window_s)``; 0 if ``window_s <= 0``."""
+    if window_s <= 0:
         return 0
     h = blake2b(occurrence_id.encode("ascii"), digest_size=8, person=_JIT).digest()
-    return int.from_bytes(h, "big") % (window_minutes * 60)
+    return int.from_bytes(h, "big") % window_s
 
 
 def available_at(occurrence_id: str, scheduled_for_epoch: int, window_minutes: int) -> int:

@@ -18,10 +18,10 @@ from scheduler.domain import (
     CompiledSpec,
     ScheduleSpec,
     SpecError,
-    available_at,
     compile_spec,
     occurrence_id,
 )
+from scheduler.domain.ids import jitter_within_s
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.model import (
     ACTIVE,
@@ -50,16 +50,8 @@ def jittered(oid: str, scheduled_for: int, window_s: int, next_for: int | None) 
     Uncapped it equals :func:`scheduler.domain.available_at`. Never earlier than
     nominal; a 0 window is strict.
     """
-    if window_s <= 0:
-        return scheduled_for
-    if next_for is None or next_for - scheduled_for >= window_s:
-        return available_at(oid, scheduled_for, window_s // 60)
-    return scheduled_for + _capped(oid, next_for - scheduled_for)
-
-
-def _capped(oid: str, w: int) -> int:
-    h = hashlib.blake2b(oid.encode("ascii"), digest_size=8, person=b"ksched.jit.v1").digest()
-    return int.from_bytes(h, "big") % w
+    w = window_s if next_for is None else min(window_s, next_for - scheduled_for)
+    return scheduled_for + jitter_within_s(oid, w)
 
 
 @dataclass(slots=True)
@@ -142,6 +134,12 @@ class Shard:
         nxt = e.compiled.next_after_epoch(f) if e.policy.window_s else None
         return oid, jittered(oid, f, e.policy.window_s, nxt), nxt
 
+    def _available(self, e: Entry, f: int) -> int:
+        """``available_at`` of ``e``'s occurrence at ``f``; a strict one needs no occurrence id."""
+        if not e.policy.window_s:
+            return f
+        return self._occurrence_at(e, f)[1]
+
     def arm_from(self, e: Entry, after: int) -> bool:
         """Arm ``e`` at its first occurrence with ``scheduled_for > after`` that is past its lane cursor.
 
@@ -152,7 +150,7 @@ class Shard:
         start = max(after, e.effective_from - 1, cur[0] - e.policy.window_s - 1)
         f = e.compiled.next_after_epoch(start)
         while f is not None:
-            _, avail, _ = self._occurrence_at(e, f)
+            avail = self._available(e, f)
             if (avail, e.schedule_id) > cur:
                 e.next_for = f
                 e.prepared = None
@@ -509,8 +507,7 @@ class Shard:
                 out.completed.append(e)
             else:
                 e.next_for = nxt
-                _, navail, _ = self._occurrence_at(e, nxt)
-                self.queue(e.tenant, e.lane).arm(e, navail)
+                self.queue(e.tenant, e.lane).arm(e, self._available(e, nxt))
         return emitted
 
     def _misfire(self, e: Entry, f: int, now: int, out: TickOutput) -> int | None:
