@@ -46,6 +46,8 @@ class Settings:
     tenants_file: Path = Path("config/tenants.toml")
     # Processor and worker.
     tick_interval_ms: int = 100
+    prepare_ahead_s: int = 30  # dispatch records due within this horizon are encoded ahead of time
+    tick_budget: int = 20_000  # max dispatches per shard per transaction
     metrics_port: int = 9464
     api_port: int = 8080
 
@@ -91,6 +93,10 @@ def _validate(s: Settings) -> Settings:
         raise SettingsError(
             f"setting namespace: {s.namespace!r} must be lower-case letters, digits, '-' or '_'"
         )
+    if s.prepare_ahead_s < 0:
+        raise SettingsError(f"setting prepare_ahead_s: {s.prepare_ahead_s} must be 0 or more")
+    if s.tick_budget < 1:
+        raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:
         raise SettingsError(f"setting tick_interval_ms: {s.tick_interval_ms} must be positive")
     return s

@@ -131,12 +131,11 @@ def test_cursor_restore_rederives_exactly_what_was_not_yet_emitted() -> None:
     restored = Shard(0, s.tenants, partitions=1)
     restored.cursors = dict(cursors)
     for e in s.entries.values():
-        from scheduler.processor.model import Entry
+        from scheduler.processor.model import Entry, spec_parts
 
         restored.restore_entry(Entry(schedule_id=e.schedule_id, tenant=e.tenant, version=e.version,
-                                     state="ACTIVE", compiled=e.compiled, policy=e.policy,
-                                     handler=e.handler, payload=e.payload, effective_from=T0 - 10,
-                                     spec_digest=e.spec_digest, idempotency_key=None))
+                                     state="ACTIVE", parts=spec_parts(e.spec()), payload=e.payload,
+                                     effective_from=T0 - 10, idempotency_key=None))
     restored.finish_restore()
     rest = run(restored, T0, T0)
     assert {d.schedule_id for d in first.dispatch}.isdisjoint({sid for sid, _ in rest})

@@ -11,7 +11,9 @@ def register(sub: Any) -> None:
         "processor", help="run a processor (owns shards of ksched.commands)"
     )
     p.add_argument("--instance-id", default=None, help="name in logs and client ids (default host-pid)")
-    p.add_argument("--tick-budget", type=int, default=20_000, help="max dispatches per shard per transaction")
+    p.add_argument(
+        "--tick-budget", type=int, default=None, help="max dispatches per shard per transaction (setting)"
+    )
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics here (default: setting)")
     p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument("--log-level", default="INFO")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
-from scheduler.domain import ScheduleSpec, compile_spec
-from scheduler.processor.model import Entry, Event, Lane, Occurrence, Policy
-from scheduler.processor.shard import CommandOutcome, Shard, spec_digest
+from scheduler.domain import ScheduleSpec, occurrence_id
+from scheduler.processor.model import Entry, Event, Lane, Occurrence, SpecParts, spec_parts
+from scheduler.processor.shard import CommandOutcome, Shard
 from scheduler.records import (
     AttemptReport,
     CommandResult,
@@ -25,13 +28,14 @@ from scheduler.records import (
     encode,
     record_type,
 )
-from scheduler.records import Occurrence as OccurrenceRecord
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
 
 __all__ = [
     "RecordDecodeError",
     "apply_command",
     "decode_command_topic",
     "decode_schedule_entry",
+    "dispatch_stamp",
     "encode_dispatch",
     "encode_event",
     "encode_result",
@@ -39,6 +43,7 @@ __all__ = [
     "encode_shard_state",
     "encode_undecodable_result",
     "is_attempt_report",
+    "prepare_heads",
     "report_kind",
     "restore_state_record",
     "shard_state_key",
@@ -82,21 +87,43 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
 
 
+_RECORD_KEY = attrgetter(*(f.name for f in fields(ScheduleSpecRecord) if f.name != "payload"))
+_BASES: dict[tuple[object, ...], SpecParts] = {}
+
+
+def _parts_of(rec: ScheduleSpecRecord) -> SpecParts:
+    """The interned parts of a spec record: restore decodes each distinct spec once, not once
+    per schedule (a million schedules typically share a few thousand specs)."""
+    key = _RECORD_KEY(rec)
+    parts = _BASES.get(key)
+    if parts is None:
+        parts = spec_parts(rec.to_domain())
+        if len(_BASES) >= 100_000:
+            _BASES.clear()
+        _BASES[key] = parts
+    return parts
+
+
 def decode_schedule_entry(value: bytes) -> Entry:
+    """An entry from its ``ksched.schedules`` record; raises RecordDecodeError (also for a
+    spec that no longer validates, so restore skips it with a log line instead of stopping)."""
     s = decode(value, Schedule)
-    spec = s.spec.to_domain()
+    try:
+        parts = _parts_of(s.spec)
+    except ValueError as exc:
+        raise RecordDecodeError(f"schedule {s.schedule_id}: invalid spec: {exc}") from None
     return Entry(
         schedule_id=s.schedule_id,
         tenant=s.tenant,
         version=s.version,
         state=s.state,
-        compiled=compile_spec(spec),
-        policy=Policy.of(spec),
-        handler=spec.handler,
-        payload=spec.payload,
+        parts=parts,
+        payload=s.spec.payload,
         effective_from=s.effective_from_ms // 1000,
-        spec_digest=spec_digest(spec),
         idempotency_key=s.idempotency_key,
+        created_at_ms=s.created_at_ms,
+        paused_at_ms=s.paused_at_ms,
+        resumed_at_ms=s.resumed_at_ms,
     )
 
 
@@ -178,53 +205,30 @@ def encode_undecodable_result(rid: str, reason: str, now: int) -> bytes:
 
 
 def encode_schedule_change(
-    entry: Entry,
-    kind: str,
-    request_id: str,
-    spec: ScheduleSpec | None,
-    now: int,
-    previous: bytes | None = None,
-) -> tuple[bytes | None, bytes | None, bytes]:
-    """The schedules, history and versions records of an accepted change.
+    entry: Entry, kind: str, request_id: str, now: int
+) -> tuple[bytes, bytes | None, bytes]:
+    """The schedules, history and versions records of an accepted change (or a completion).
 
-    Without a ``spec`` (pause, resume, cancel, completion) the schedules record
-    cannot be rebuilt from the entry alone; the caller passes the last record
-    value (``previous``) and only its state is changed.
+    The schedules record is rebuilt from the entry (its spec is the shared base
+    plus its payload), so the shard keeps no copy of the record.
     """
     now_ms = now * 1000
-    spec_rec = ScheduleSpecRecord.from_domain(spec) if spec is not None else None
-    sched: bytes | None = None
-    if spec_rec is not None:
-        sched = encode(
-            Schedule(
-                tenant=entry.tenant,
-                schedule_id=entry.schedule_id,
-                version=entry.version,
-                state=_lit(entry.state),
-                spec=spec_rec,
-                created_at_ms=now_ms,  # type: ignore[arg-type]
-                updated_at_ms=now_ms,
-                effective_from_ms=entry.effective_from * 1000,
-                idempotency_key=entry.idempotency_key,
-            )
+    spec_rec = ScheduleSpecRecord.from_domain(entry.spec())
+    sched = encode(
+        Schedule(
+            tenant=entry.tenant,
+            schedule_id=entry.schedule_id,
+            version=entry.version,
+            state=_lit(entry.state),
+            spec=spec_rec,
+            created_at_ms=entry.created_at_ms,  # type: ignore[arg-type]
+            updated_at_ms=now_ms,
+            effective_from_ms=entry.effective_from * 1000,
+            idempotency_key=entry.idempotency_key,
+            paused_at_ms=entry.paused_at_ms,
+            resumed_at_ms=entry.resumed_at_ms,
         )
-    elif previous is not None:
-        old = decode(previous, Schedule)
-        sched = encode(
-            Schedule(
-                tenant=old.tenant,
-                schedule_id=old.schedule_id,
-                version=entry.version,
-                state=_lit(entry.state),
-                spec=old.spec,
-                created_at_ms=old.created_at_ms,  # type: ignore[arg-type]
-                updated_at_ms=now_ms,
-                effective_from_ms=entry.effective_from * 1000,
-                idempotency_key=old.idempotency_key,
-                paused_at_ms=now_ms if entry.state == "PAUSED" else old.paused_at_ms,
-                resumed_at_ms=now_ms if kind == "RESUME" else old.resumed_at_ms,
-            )
-        )
+    )
     hist = None
     if kind in ("CREATE", "UPDATE", "PAUSE", "RESUME", "CANCEL"):
         hist = encode(
@@ -234,7 +238,7 @@ def encode_schedule_change(
                 version=entry.version,
                 command=kind,  # type: ignore[arg-type]
                 request_id=request_id,
-                spec=spec_rec,
+                spec=spec_rec if kind in ("CREATE", "UPDATE") else None,
                 state=_lit(entry.state),  # type: ignore[arg-type]
                 applied_at_ms=now_ms,
                 effective_from_ms=entry.effective_from * 1000,
@@ -252,22 +256,34 @@ def encode_schedule_change(
     return sched, hist, version
 
 
-def encode_dispatch(o: Occurrence, enqueued_at_ms: int) -> bytes:
-    return encode(
-        OccurrenceRecord(
-            occurrence_id=o.occurrence_id,
-            schedule_id=o.schedule_id,
-            tenant=o.tenant,
-            version=o.version,
-            scheduled_for_ms=o.scheduled_for * 1000,
-            available_at_ms=o.available_at * 1000,
-            enqueued_at_ms=enqueued_at_ms,
-            attempt=o.attempt,
-            lane=o.lane.name,  # type: ignore[arg-type]
-            handler=o.handler,
-            payload=o.payload,
+_LANE_NAMES = tuple(lane.name for lane in Lane)
+
+
+def prepare_heads(entries: Iterable[Entry]) -> None:
+    """Encode, ahead of time, the head of each armed entry's next dispatch record."""
+    for e in entries:
+        f, avail = e.next_for, e.armed_at
+        if f is None or avail is None:
+            continue
+        sid = e.schedule_id
+        e.prepared = dispatch_head(
+            occurrence_id(sid, e.version, f), sid, e.tenant, e.version, f * 1000, avail * 1000
         )
-    )
+
+
+def dispatch_stamp(enqueued_at_ms: int) -> bytes:
+    """The ``enqueued_at_ms`` piece, encoded once per tick."""
+    return avro_long(enqueued_at_ms)
+
+
+def encode_dispatch(o: Occurrence, stamp: bytes) -> bytes:
+    """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
+    head = o.prepared
+    if head is None:
+        head = dispatch_head(
+            o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000, o.available_at * 1000
+        )
+    return head + stamp + dispatch_tail(o.attempt, _LANE_NAMES[o.lane], o.handler, o.payload, None)
 
 
 def encode_event(ev: Event, now: int) -> bytes:

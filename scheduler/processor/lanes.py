@@ -83,6 +83,8 @@ class LaneQueue:
         only the hand-out (DESIGN.md §4: work ahead of time).
         """
         for key in sorted(k for k in self._buckets if k <= until and k not in self._sorted):
+            if key not in self._buckets or key in self._sorted:
+                continue  # taken or sorted by take() since this pass began (it spans ticks)
             bucket = self._canonical(key)
             self._buckets[key] = bucket
             self._sorted.add(key)

@@ -10,10 +10,12 @@ what the tick needs.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
+from operator import attrgetter
+from typing import NamedTuple
 
-from scheduler.domain import CompiledSpec, ScheduleSpec
+from scheduler.domain import CompiledSpec, ScheduleSpec, compile_spec, occurrence_id
 
 
 class Lane(IntEnum):
@@ -67,27 +69,62 @@ def _intern_policy(p: Policy) -> Policy:
     return _POLICIES.setdefault(p, p)
 
 
+@dataclass(frozen=True, slots=True)
+class SpecParts:
+    """What every schedule with the same spec except its payload shares (interned).
+
+    ``base`` is the spec with an empty payload; an entry keeps its own payload.
+    """
+
+    base: ScheduleSpec
+    compiled: CompiledSpec
+    policy: Policy
+
+
+_PARTS: dict[tuple[object, ...], SpecParts] = {}
+_PARTS_LIMIT = 100_000  # distinct specs remembered; past it the table starts over (a cache, not state)
+_SPEC_KEY = attrgetter(*(f.name for f in fields(ScheduleSpec) if f.name != "payload"))
+
+
+def spec_parts(spec: ScheduleSpec) -> SpecParts:
+    """The interned parts of ``spec``; raises :class:`SpecError` if it does not compile."""
+    key = _SPEC_KEY(spec)
+    parts = _PARTS.get(key)
+    if parts is None:
+        base = spec if spec.payload == b"" else spec.replace(payload=b"")
+        parts = SpecParts(base, compile_spec(base), Policy.of(base))
+        if len(_PARTS) >= _PARTS_LIMIT:
+            _PARTS.clear()
+        _PARTS[key] = parts
+    return parts
+
+
 class Entry:
     """One schedule of the shard.
 
     ``armed_at`` is the index bucket (``available_at``, epoch s) it waits in, or
     None; ``next_for`` is the ``scheduled_for`` (epoch s) of that occurrence.
-    ``prepared`` caches the encoded dispatch record of that occurrence.
+    ``prepared`` caches the head of that occurrence's dispatch record
+    (:func:`scheduler.records.dispatch.dispatch_head`), encoded ahead of time.
+    The full spec is not stored: :meth:`spec` rebuilds it from the shared
+    ``base`` and the entry's own ``payload``.
     """
 
     __slots__ = (
         "armed_at",
+        "base",
         "compiled",
+        "created_at_ms",
         "effective_from",
-        "handler",
         "idempotency_key",
         "lane",
         "next_for",
+        "paused_at_ms",
         "payload",
         "policy",
         "prepared",
+        "resumed_at_ms",
         "schedule_id",
-        "spec_digest",
         "state",
         "tenant",
         "version",
@@ -100,39 +137,50 @@ class Entry:
         tenant: str,
         version: int,
         state: str,
-        compiled: CompiledSpec,
-        policy: Policy,
-        handler: str,
+        parts: SpecParts,
         payload: bytes,
         effective_from: int,
-        spec_digest: bytes,
         idempotency_key: str | None,
+        created_at_ms: int = 0,
+        paused_at_ms: int | None = None,
+        resumed_at_ms: int | None = None,
     ) -> None:
         self.schedule_id = schedule_id
         self.tenant = sys.intern(tenant)
         self.version = version
         self.state = state
-        self.compiled = compiled
-        self.policy = policy
-        self.handler = sys.intern(handler)
+        self.base = parts.base
+        self.compiled = parts.compiled
+        self.policy = parts.policy
         self.payload = payload
         self.effective_from = effective_from
-        self.spec_digest = spec_digest
         self.idempotency_key = idempotency_key
-        self.lane = Lane.FLEXIBLE if policy.window_s > 0 else Lane.STRICT
+        self.created_at_ms = created_at_ms
+        self.paused_at_ms = paused_at_ms
+        self.resumed_at_ms = resumed_at_ms
+        self.lane = Lane.FLEXIBLE if parts.policy.window_s > 0 else Lane.STRICT
         self.armed_at: int | None = None
         self.next_for: int | None = None
         self.prepared: bytes | None = None
+
+    @property
+    def handler(self) -> str:
+        return self.base.handler
+
+    def spec(self) -> ScheduleSpec:
+        """The schedule's full spec (rebuilt; off the hot path)."""
+        return self.base if not self.payload else self.base.replace(payload=self.payload)
 
     def __repr__(self) -> str:
         return f"Entry({self.schedule_id!r} v{self.version} {self.state} next={self.next_for})"
 
 
-@dataclass(frozen=True, slots=True)
-class Occurrence:
-    """One occurrence handed to the dispatch topic."""
+class Occurrence(NamedTuple):
+    """One occurrence handed to the dispatch topic (a tuple: a burst creates hundreds of thousands).
 
-    occurrence_id: str
+    ``prepared`` is the head of its dispatch record when it was encoded ahead of time.
+    """
+
     schedule_id: str
     tenant: str
     version: int
@@ -143,6 +191,12 @@ class Occurrence:
     payload: bytes
     attempt: int = 1
     prepared: bytes | None = None
+
+    @property
+    def occurrence_id(self) -> str:
+        """``H(schedule_id, version, scheduled_for)`` (DESIGN.md §1), derived on access: the
+        firing path never needs it when the record head was prepared."""
+        return occurrence_id(self.schedule_id, self.version, self.scheduled_for)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,6 @@ def restore_shard(settings: Settings, shard: Shard, p: int) -> RestoreStats:
             try:
                 entry = codec.decode_schedule_entry(value)
                 shard.restore_entry(entry)
-                shard.schedule_records[entry.schedule_id] = value
                 stats.schedules += 1
             except codec.RecordDecodeError as exc:
                 stats.undecodable += 1

@@ -17,13 +17,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from scheduler.kafka.clients import consumer_config, transactional_producer
 from scheduler.processor import codec
 from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.model import Entry
 from scheduler.processor.restore import restore_shard
 from scheduler.processor.shard import Shard, TickOutput
 from scheduler.settings import Settings
@@ -79,14 +79,14 @@ class Processor:
         *,
         tenants: dict[str, Tenant] | None = None,
         instance_id: str | None = None,
-        tick_budget: int = 20_000,
+        tick_budget: int | None = None,
         metrics: ProcessorMetrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.tenants = tenants if tenants is not None else load_tenants(settings.tenants_file)
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
-        self.tick_budget = tick_budget
+        self.tick_budget = tick_budget or settings.tick_budget
         self.metrics = metrics or ProcessorMetrics()
         self.clock = clock
         self.failpoint = Failpoint.from_env()
@@ -139,7 +139,7 @@ class Processor:
 
     def _loop_once(self) -> None:
         assert self.consumer is not None
-        timeout = self._poll_timeout()
+        timeout = self._prepare_ahead(self._poll_timeout())
         msgs = self.consumer.consume(num_messages=5000, timeout=timeout)  # rebalance callbacks run here
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in msgs:
@@ -152,6 +152,23 @@ class Processor:
         now = self.clock()
         for p, owned in list(self.owned.items()):
             self._tick_shard(owned, by_partition.get(p, []), now)
+
+    def _prepare_ahead(self, idle_s: float) -> float:
+        """Spend the idle part of ``idle_s`` encoding dispatch heads due within
+        ``prepare_ahead_s``; returns the idle time left for the poll."""
+        horizon = self.settings.prepare_ahead_s
+        if horizon <= 0 or idle_s <= 0.002:
+            return idle_s
+        started = time.monotonic()
+        deadline = started + idle_s - 0.002
+        until = int(self.clock()) + horizon
+        for owned in list(self.owned.values()):
+            while time.monotonic() < deadline:
+                batch = owned.shard.to_prepare(until, 500)
+                codec.prepare_heads(batch)
+                if len(batch) < 500:
+                    break
+        return max(0.0, idle_s - (time.monotonic() - started))
 
     def _poll_timeout(self) -> float:
         tick = self.settings.tick_interval_ms / 1000
@@ -318,22 +335,19 @@ class Processor:
             return
         if outcome.entry is None:
             return  # idempotent replay: nothing changed
-        self._write_schedule_change(owned, outcome.entry, outcome.kind, outcome.request_id, outcome.spec, now)
+        self._write_schedule_change(owned, outcome.entry, outcome.kind, outcome.request_id, now)
         for ev in outcome.events:
             producer.produce(
                 self.t_events, key=ev.schedule_id.encode(), value=codec.encode_event(ev, now), partition=p
             )
 
     def _write_schedule_change(
-        self, owned: OwnedShard, entry: Any, kind: str, request_id: str, spec: Any, now: int
+        self, owned: OwnedShard, entry: Entry, kind: str, request_id: str, now: int
     ) -> None:
-        shard, producer, p = owned.shard, owned.producer, owned.partition.partition
+        producer, p = owned.producer, owned.partition.partition
         key = entry.schedule_id.encode()
-        previous = shard.schedule_records.get(entry.schedule_id)
-        sched, hist, version = codec.encode_schedule_change(entry, kind, request_id, spec, now, previous)
-        if sched is not None:
-            producer.produce(self.t_schedules, key=key, value=sched, partition=p)
-            shard.schedule_records[entry.schedule_id] = sched
+        sched, hist, version = codec.encode_schedule_change(entry, kind, request_id, now)
+        producer.produce(self.t_schedules, key=key, value=sched, partition=p)
         if hist is not None:
             producer.produce(self.t_history, key=key, value=hist, partition=p)
         producer.produce(
@@ -342,14 +356,15 @@ class Processor:
 
     def _write_tick(self, owned: OwnedShard, out: TickOutput, clock: float) -> None:
         producer, p = owned.producer, owned.partition.partition
-        now_ms = int(clock * 1000)
+        stamp = codec.dispatch_stamp(int(clock * 1000))
         topics: dict[str, str] = {}
         produce = producer.produce
+        encode_dispatch = codec.encode_dispatch
         for occ in out.dispatch:
             topic = topics.get(occ.tenant)
             if topic is None:
                 topic = topics[occ.tenant] = topic_name(self.settings, "dispatch", occ.tenant)
-            value = occ.prepared or codec.encode_dispatch(occ, now_ms)
+            value = encode_dispatch(occ, stamp)
             while True:
                 try:
                     produce(topic, value, occ.schedule_id.encode(), partition=p)
@@ -359,7 +374,5 @@ class Processor:
         for ev in out.events:
             produce(self.t_events, codec.encode_event(ev, int(clock)), ev.schedule_id.encode(), partition=p)
         for entry in out.completed:
-            self._write_schedule_change(
-                owned, entry, "COMPLETE", f"complete-{entry.schedule_id}", None, int(clock)
-            )
+            self._write_schedule_change(owned, entry, "COMPLETE", f"complete-{entry.schedule_id}", int(clock))
         producer.poll(0)

@@ -9,18 +9,11 @@ atomically with the cursor they move.
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from scheduler.domain import (
-    CompiledSpec,
-    ScheduleSpec,
-    SpecError,
-    compile_spec,
-    occurrence_id,
-)
+from scheduler.domain import ScheduleSpec, SpecError, occurrence_id
 from scheduler.domain.ids import jitter_within_s
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.model import (
@@ -33,7 +26,8 @@ from scheduler.processor.model import (
     Event,
     Lane,
     Occurrence,
-    Policy,
+    SpecParts,
+    spec_parts,
 )
 from scheduler.processor.quotas import TokenBucket
 from scheduler.tenants import Tenant
@@ -67,7 +61,6 @@ class CommandOutcome:
     reason: str | None = None
     kind: str = ""
     entry: Entry | None = None  # the schedule as it now is (accepted changes only)
-    spec: ScheduleSpec | None = None
     events: list[Event] = field(default_factory=list)
 
 
@@ -80,10 +73,6 @@ class TickOutput:
     missed: int = 0
 
 
-def spec_digest(spec: ScheduleSpec) -> bytes:
-    return hashlib.blake2b(repr(sorted(spec.to_dict().items())).encode(), digest_size=12).digest()
-
-
 class Shard:
     """The state of shard ``shard_id``, owned by exactly one processor at a time."""
 
@@ -93,12 +82,10 @@ class Shard:
         tenants: dict[str, Tenant],
         *,
         partitions: int,
-        compile_fn: Callable[[ScheduleSpec], CompiledSpec] = compile_spec,
     ) -> None:
         self.shard_id = shard_id
         self.tenants = tenants
         self.partitions = partitions
-        self._compile = compile_fn
         self.entries: dict[str, Entry] = {}
         self.queues: dict[tuple[str, Lane], LaneQueue] = {}
         self.cursors: dict[tuple[str, Lane], Cursor] = {}  # restored, before queues exist
@@ -106,9 +93,7 @@ class Shard:
         self.active_count: dict[str, int] = {}
         self._trigger: dict[str, TokenBucket] = {}
         self._catchup_rate: dict[str, TokenBucket] = {}
-        # The last ksched.schedules value per schedule (opaque bytes), so a state-only
-        # change (pause, resume, cancel, completion) can rewrite the record with its spec.
-        self.schedule_records: dict[str, bytes] = {}
+        self._prep: Iterator[Entry] | None = None
 
     # -- queues -----------------------------------------------------------------
     def queue(self, tenant: str, lane: Lane) -> LaneQueue:
@@ -165,6 +150,33 @@ class Shard:
         LaneQueue.disarm(e)
         e.next_for = None
         e.prepared = None
+
+    # -- work ahead of time -------------------------------------------------------
+    def to_prepare(self, until: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` armed entries due at or before ``until`` whose dispatch record head
+        is not yet encoded (DESIGN.md §4: payloads due soon are encoded ahead of time).
+
+        Resumes where the previous call stopped; a new pass, with the ``until`` of
+        the call that starts it, begins once the previous pass is done. Entries
+        re-armed meanwhile lose their head (``prepared = None``) and are picked up
+        by a later pass, or encoded at firing time.
+        """
+        if self._prep is None:
+            self._prep = self._unprepared(until)
+        out: list[Entry] = []
+        for e in self._prep:
+            out.append(e)
+            if len(out) >= limit:
+                return out
+        self._prep = None
+        return out
+
+    def _unprepared(self, until: int) -> Iterator[Entry]:
+        for q in list(self.queues.values()):
+            for obj in q.prepare(until):
+                e: Entry = obj  # type: ignore[assignment]
+                if e.prepared is None and e.armed_at is not None and e.armed_at <= until:
+                    yield e
 
     # -- restore ----------------------------------------------------------------
     def restore_entry(self, e: Entry) -> None:
@@ -230,20 +242,19 @@ class Shard:
                 "NOT_FOUND",
                 f"schedule {schedule_id} does not exist for tenant {tenant}",
             )
-        compiled: CompiledSpec | None = None
+        parts: SpecParts | None = None
         if kind in ("CREATE", "UPDATE"):
             if spec is None:
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", f"{kind} needs a spec")
             try:
-                compiled = self._compile(spec)
+                parts = spec_parts(spec)
             except SpecError as exc:
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", str(exc))
         effective = min(max(issued_at, now - 300), now + 300)  # clamp client clock skew to ±5 min
         if kind == "CREATE":
-            assert spec is not None and compiled is not None
-            digest = spec_digest(spec)
+            assert spec is not None and parts is not None
             if e is not None:
-                if e.spec_digest == digest or e.version > 1:
+                if e.version > 1 or e.spec() == spec:
                     # Idempotent replay of a create: answer with the schedule as it is.
                     return CommandOutcome(
                         request_id,
@@ -279,22 +290,18 @@ class Shard:
                 tenant=tenant,
                 version=1,
                 state=ACTIVE,
-                compiled=compiled,
-                policy=Policy.of(spec),
-                handler=spec.handler,
+                parts=parts,
                 payload=spec.payload,
                 effective_from=effective,
-                spec_digest=digest,
                 idempotency_key=idempotency_key,
+                created_at_ms=now * 1000,
             )
             self.entries[schedule_id] = e
             self.active_count[tenant] = self.active_count.get(tenant, 0) + 1
             if not self.arm_from(e, effective):
                 e.state = COMPLETED
                 self.active_count[tenant] -= 1
-            return CommandOutcome(
-                request_id, tenant, schedule_id, True, version=1, kind=kind, entry=e, spec=spec
-            )
+            return CommandOutcome(request_id, tenant, schedule_id, True, version=1, kind=kind, entry=e)
         if e is None:
             return rej(
                 kind,
@@ -325,7 +332,7 @@ class Shard:
             )
         events: list[Event] = []
         if kind == "UPDATE":
-            assert spec is not None and compiled is not None
+            assert spec is not None and parts is not None
             events = self._drop_pending(e, f"superseded by version {e.version + 1}")
             self._disarm(e)
             new = Entry(
@@ -333,13 +340,13 @@ class Shard:
                 tenant=tenant,
                 version=e.version + 1,
                 state=e.state,
-                compiled=compiled,
-                policy=Policy.of(spec),
-                handler=spec.handler,
+                parts=parts,
                 payload=spec.payload,
                 effective_from=effective,
-                spec_digest=spec_digest(spec),
                 idempotency_key=e.idempotency_key,
+                created_at_ms=e.created_at_ms,
+                paused_at_ms=e.paused_at_ms,
+                resumed_at_ms=e.resumed_at_ms,
             )
             self.entries[schedule_id] = new
             if new.state == ACTIVE and not self.arm_from(new, effective):
@@ -353,7 +360,6 @@ class Shard:
                 version=new.version,
                 kind=kind,
                 entry=new,
-                spec=spec,
                 events=events,
             )
         if kind == "PAUSE":
@@ -361,12 +367,14 @@ class Shard:
                 events = self._drop_pending(e, "paused")
                 self._disarm(e)
                 e.state = PAUSED
+                e.paused_at_ms = now * 1000
             return CommandOutcome(
                 request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e
             )
         if kind == "RESUME":
             if e.state == PAUSED:
                 e.state = ACTIVE
+                e.resumed_at_ms = now * 1000
                 e.effective_from = max(effective, now)  # nothing for the paused span
                 if not self.arm_from(e, e.effective_from):
                     e.state = COMPLETED
@@ -477,21 +485,20 @@ class Shard:
             f = e.next_for
             if f is None or e.state != ACTIVE:
                 continue
-            oid, avail, nxt = self._occurrence_at(e, f)
             pol = e.policy
+            avail = self._available(e, f) if pol.window_s else f
             if now - avail > pol.max_lateness_s:
                 nxt = self._misfire(e, f, now, out)
             else:
                 out.dispatch.append(
                     Occurrence(
-                        oid,
                         e.schedule_id,
                         e.tenant,
                         e.version,
                         f,
                         avail,
                         e.lane,
-                        e.handler,
+                        e.base.handler,
                         e.payload,
                         1,
                         e.prepared,
@@ -546,17 +553,16 @@ class Shard:
         out.missed += cut
         if cut < len(late):
             cq = self.catch_up.setdefault(e.tenant, deque())
-            for oid, sf, avail in late[cut:]:
+            for _oid, sf, avail in late[cut:]:
                 cq.append(
                     Occurrence(
-                        oid,
                         e.schedule_id,
                         e.tenant,
                         e.version,
                         sf,
                         avail,
                         Lane.CATCH_UP,
-                        e.handler,
+                        e.base.handler,
                         e.payload,
                     )
                 )

@@ -1,0 +1,113 @@
+"""The dispatch record's fast path: an ``Occurrence`` encoded in three pieces.
+
+At the top of an hour a processor emits hundreds of thousands of dispatch
+records; DESIGN.md §4 asks that payloads due soon be encoded ahead of time so
+that firing costs little more than ``produce()``. Of the ``Occurrence`` fields
+only ``enqueued_at_ms`` is unknown before the moment of firing, so a record is
+
+    head  = header | occurrence_id | schedule_id | tenant | version
+            | scheduled_for_ms | available_at_ms          (known once the occurrence is)
+    stamp = enqueued_at_ms                               (one per tick, shared)
+    tail  = attempt | lane | handler | payload | deadline_ms  (one per schedule version)
+
+and ``head + stamp + tail`` is byte for byte what
+:func:`scheduler.records.encode` writes for the same ``Occurrence`` (a test
+pins this against fastavro). The field order is checked against the current
+schema at import, so a schema change cannot silently desynchronise the two.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from scheduler.records.codec import current_schema
+from scheduler.records.types import Occurrence
+
+_FIELDS = (
+    "occurrence_id",
+    "schedule_id",
+    "tenant",
+    "version",
+    "scheduled_for_ms",
+    "available_at_ms",
+    "enqueued_at_ms",
+    "attempt",
+    "lane",
+    "handler",
+    "payload",
+    "deadline_ms",
+)
+_SCHEMA = current_schema(Occurrence)
+_actual = tuple(f["name"] for f in _SCHEMA.expanded["fields"])
+if _actual != _FIELDS:  # pragma: no cover - guards a schema edit that forgot this module
+    raise RuntimeError(f"Occurrence fields changed to {_actual}: update scheduler/records/dispatch.py")
+_LANES: tuple[str, ...] = tuple(
+    next(f["type"]["symbols"] for f in _SCHEMA.expanded["fields"] if f["name"] == "lane")
+)
+_HEADER = _SCHEMA.header
+_SMALL = tuple(bytes([i]) for i in range(0x80))
+
+
+def avro_long(n: int) -> bytes:
+    """Avro ``long`` / ``int``: zig-zag, then a little-endian base-128 varint."""
+    z = (n << 1) ^ (n >> 63)
+    if z < 0x80:
+        return _SMALL[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def avro_bytes(raw: bytes) -> bytes:
+    return avro_long(len(raw)) + raw
+
+
+def dispatch_head(
+    occurrence_id: str,
+    schedule_id: str,
+    tenant: str,
+    version: int,
+    scheduled_for_ms: int,
+    available_at_ms: int,
+) -> bytes:
+    """Everything of the record before ``enqueued_at_ms`` (the single-object header included)."""
+    o = occurrence_id.encode()
+    s = schedule_id.encode()
+    t = tenant.encode()
+    return b"".join(
+        (
+            _HEADER,
+            avro_long(len(o)),
+            o,
+            avro_long(len(s)),
+            s,
+            avro_long(len(t)),
+            t,
+            avro_long(version),
+            avro_long(scheduled_for_ms),
+            avro_long(available_at_ms),
+        )
+    )
+
+
+@lru_cache(maxsize=4096)
+def dispatch_tail(attempt: int, lane: str, handler: str, payload: bytes, deadline_ms: int | None) -> bytes:
+    """Everything after ``enqueued_at_ms``; shared by the occurrences of one schedule version.
+
+    Pre: ``lane`` is a symbol of the ``Lane`` enum; ``attempt`` fits an Avro int.
+    """
+    if not 1 <= attempt <= 2_147_483_647:
+        raise ValueError(f"field attempt: {attempt!r} must be 1..2147483647")
+    h = handler.encode()
+    deadline = b"\x00" if deadline_ms is None else b"\x02" + avro_long(deadline_ms)
+    return b"".join(
+        (avro_long(attempt), avro_long(_LANES.index(lane)), avro_bytes(h), avro_bytes(payload), deadline)
+    )
+
+
+def dispatch_value(head: bytes, enqueued_at_ms: int, tail: bytes) -> bytes:
+    """The whole single-object-encoded ``Occurrence``."""
+    return head + avro_long(enqueued_at_ms) + tail
