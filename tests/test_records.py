@@ -383,6 +383,7 @@ def test_public_api_is_pinned() -> None:
             "current_schema",
             "decode",
             "decode_command_topic",
+            "decode_fields",
             "encode",
             "record_type",
             "schema_header",
@@ -539,3 +540,24 @@ def test_released_v1_schemas_are_readable() -> None:
         assert path.is_file(), f"{path} missing: run python -m scheduler.records.compat --release"
         v1 = json.loads(path.read_text())
         assert v1["name"] == cls.AVRO_NAME
+
+
+def test_decode_fields_is_decode_without_the_dataclass() -> None:
+    from scheduler.records import decode_fields
+
+    rec = Schedule(
+        tenant="t", schedule_id="s", version=3, state="PAUSED",
+        spec=ScheduleSpecRecord(kind="cron", cron="0 * * * *", timezone="UTC", handler="h", payload=b"p"),
+        created_at_ms=1, updated_at_ms=2, effective_from_ms=3, paused_at_ms=4,
+    )
+    data = encode(rec)
+    fields = decode_fields(data, Schedule)
+    assert fields["spec"] == dataclasses.asdict(rec.spec)
+    assert {k: v for k, v in fields.items() if k != "spec"} == {
+        k: v for k, v in dataclasses.asdict(rec).items() if k != "spec"
+    }
+    with pytest.raises(RecordDecodeError, match="expected Schedule"):
+        decode_fields(encode(ScheduleCommand(request_id="r", tenant="t", kind="PAUSE", issued_at_ms=0)),
+                      Schedule)
+    with pytest.raises(RecordDecodeError, match="trailing"):
+        decode_fields(data + b"x", Schedule)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import fields
-from operator import attrgetter
 from typing import Any
 
 from scheduler.domain import ScheduleSpec, occurrence_id
@@ -25,6 +23,7 @@ from scheduler.records import (
     VersionRecord,
     decode,
     decode_command_topic,
+    decode_fields,
     encode,
     record_type,
 )
@@ -87,43 +86,47 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
 
 
-_RECORD_KEY = attrgetter(*(f.name for f in fields(ScheduleSpecRecord) if f.name != "payload"))
-_BASES: dict[tuple[object, ...], SpecParts] = {}
+_PARTS_BY_RECORD: dict[tuple[object, ...], SpecParts] = {}
 
 
-def _parts_of(rec: ScheduleSpecRecord) -> SpecParts:
-    """The interned parts of a spec record: restore decodes each distinct spec once, not once
-    per schedule (a million schedules typically share a few thousand specs)."""
-    key = _RECORD_KEY(rec)
-    parts = _BASES.get(key)
+def _parts_of(spec: dict[str, Any]) -> SpecParts:
+    """The interned parts of a decoded spec record without its payload: restore validates
+    and compiles each distinct spec once, not once per schedule."""
+    key = tuple(spec.values())
+    parts = _PARTS_BY_RECORD.get(key)
     if parts is None:
-        parts = spec_parts(rec.to_domain())
-        if len(_BASES) >= 100_000:
-            _BASES.clear()
-        _BASES[key] = parts
+        parts = spec_parts(ScheduleSpecRecord(**spec).to_domain())
+        if len(_PARTS_BY_RECORD) >= 100_000:
+            _PARTS_BY_RECORD.clear()
+        _PARTS_BY_RECORD[key] = parts
     return parts
 
 
 def decode_schedule_entry(value: bytes) -> Entry:
-    """An entry from its ``ksched.schedules`` record; raises RecordDecodeError (also for a
-    spec that no longer validates, so restore skips it with a log line instead of stopping)."""
-    s = decode(value, Schedule)
+    """An entry from its ``ksched.schedules`` record (the hot path of restore: no dataclasses).
+
+    Raises RecordDecodeError, also for a spec that no longer validates, so that
+    restore skips the record with a log line instead of stopping.
+    """
+    s = decode_fields(value, Schedule)
+    spec = s["spec"]
+    payload = spec.pop("payload")
     try:
-        parts = _parts_of(s.spec)
-    except ValueError as exc:
-        raise RecordDecodeError(f"schedule {s.schedule_id}: invalid spec: {exc}") from None
+        parts = _parts_of(spec)
+    except (TypeError, ValueError) as exc:
+        raise RecordDecodeError(f"schedule {s['schedule_id']}: invalid spec: {exc}") from None
     return Entry(
-        schedule_id=s.schedule_id,
-        tenant=s.tenant,
-        version=s.version,
-        state=s.state,
+        schedule_id=s["schedule_id"],
+        tenant=s["tenant"],
+        version=s["version"],
+        state=s["state"],
         parts=parts,
-        payload=s.spec.payload,
-        effective_from=s.effective_from_ms // 1000,
-        idempotency_key=s.idempotency_key,
-        created_at_ms=s.created_at_ms,
-        paused_at_ms=s.paused_at_ms,
-        resumed_at_ms=s.resumed_at_ms,
+        payload=payload,
+        effective_from=s["effective_from_ms"] // 1000,
+        idempotency_key=s["idempotency_key"],
+        created_at_ms=s["created_at_ms"],
+        paused_at_ms=s["paused_at_ms"],
+        resumed_at_ms=s["resumed_at_ms"],
     )
 
 

@@ -60,7 +60,10 @@ class ProcessorMetrics:
             "ksched_watermark_lag_seconds", "now - shard watermark", ["shard"], registry=r
         )
         self.restore_seconds = Gauge(
-            "ksched_restore_seconds", "time to restore a shard", ["shard"], registry=r
+            "ksched_restore_seconds", "time until the shard was restored and ticking", ["shard"], registry=r
+        )
+        self.restore_wall_seconds = Counter(
+            "ksched_restore_wall_seconds", "time spent restoring shards (all passes)", registry=r
         )
         self.transaction_seconds = Histogram(
             "ksched_transaction_seconds",

@@ -24,7 +24,7 @@ from scheduler.kafka.clients import consumer_config, transactional_producer
 from scheduler.processor import codec
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.model import Entry
-from scheduler.processor.restore import restore_shard
+from scheduler.processor.restore import restore_shards
 from scheduler.processor.shard import Shard, TickOutput
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, load_tenants
@@ -120,6 +120,7 @@ class Processor:
                 "heartbeat.interval.ms": 1000,
                 "max.poll.interval.ms": 300_000,
                 "fetch.wait.max.ms": 10,
+                "queued.max.messages.kbytes": 16_384,  # prefetch bounded: it is resident memory
                 "client.id": f"ksched-processor-{self.instance_id}",
             },
         )
@@ -185,41 +186,47 @@ class Processor:
 
     # -- the rebalance path (the only one) --------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Take ownership of shards, one by one:
+        """Take ownership of the assigned shards:
 
-        1. create the shard's transactional producer (``transactional.id`` =
+        1. per shard, create its transactional producer (``transactional.id`` =
            ``<namespace>.processor.shard-<p>``) and ``init_transactions()``: this
            fences the previous owner and aborts its open transaction, so
            ``read_committed`` readers are not held back by it;
-        2. restore the shard from ``ksched.state[p]`` (cursors, runtime state)
-           and ``ksched.schedules[p]``, ``read_committed``, to the end;
+        2. restore the shards from ``ksched.state`` (cursors, runtime state) and
+           ``ksched.schedules``, ``read_committed``, to the end, in one pass over
+           their partitions;
         3. arm every active schedule from the restored cursors;
         4. commands resume from the group's committed offset of ``commands[p]``
            (the consumer does this after the callback returns).
         """
+        if not partitions:
+            return
+        started = time.monotonic()
+        producers: dict[int, Producer] = {}
         for tp in partitions:
             p = tp.partition
-            started = time.monotonic()
-            producer = transactional_producer(
+            producers[p] = transactional_producer(
                 self.settings.bootstrap_servers,
                 f"{self.settings.namespace}.processor.shard-{p}",
                 **{"transaction.timeout.ms": 30_000},
             )
-            producer.init_transactions(60)
-            shard = Shard(p, self.tenants, partitions=self.settings.partitions)
-            stats = restore_shard(self.settings, shard, p)
+            producers[p].init_transactions(60)
+        shards = {p: Shard(p, self.tenants, partitions=self.settings.partitions) for p in producers}
+        stats = restore_shards(self.settings, shards)
+        elapsed = time.monotonic() - started
+        self.metrics.restore_wall_seconds.inc(elapsed)
+        for p, shard in shards.items():
             shard.finish_restore()
-            elapsed = time.monotonic() - started
             self.metrics.restore_seconds.labels(shard=str(p)).set(elapsed)
             log.info(
-                "shard %d: restored %d schedules, %d state records in %.2fs; watermark %d",
+                "shard %d: restored %d schedules, %d state records; watermark %d",
                 p,
-                stats.schedules,
-                stats.state_records,
-                elapsed,
+                stats[p].schedules,
+                stats[p].state_records,
                 shard.watermark(),
             )
-            self.owned[p] = OwnedShard(shard, producer, TopicPartition(self.t_commands, p))
+            self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_commands, p))
+        log.info("restored %d shards in %.2fs", len(shards), time.monotonic() - started)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Give up shards. No transaction is open here: ticks run between polls,

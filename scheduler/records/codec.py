@@ -201,6 +201,16 @@ class Codecs:
             raise RecordDecodeError(f"wrong record type: got {r.name}, expected {name}")
         return _body(data, r)
 
+    def decode_fields(self, data: bytes | bytearray | memoryview, expected: type[Record]) -> dict[str, Any]:
+        """Decode like :meth:`decode` but return fastavro's field dict, resolved to the current
+        schema, without building the dataclass: for bulk paths (restore) that read a few
+        fields of very many records. Raises :class:`RecordDecodeError` as ``decode`` does."""
+        r = self._reader(data)
+        if r.cls is not expected:
+            raise RecordDecodeError(f"wrong record type: got {r.name}, expected {expected.__name__}")
+        datum: dict[str, Any] = _datum(data, r)
+        return datum
+
     def decode_command_topic(self, data: bytes | bytearray | memoryview) -> ScheduleCommand | AttemptReport:
         """Decode a ``ksched.commands`` value: a :class:`ScheduleCommand` or an :class:`AttemptReport`.
 
@@ -255,6 +265,15 @@ def _encode_problem(record: Record, w: _Writer, exc: Exception) -> str:
 
 
 def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
+    datum = _datum(data, r)
+    try:
+        out: Record = r.from_avro(datum)
+    except Exception as exc:
+        raise RecordDecodeError(f"{r.name} ({r.version} schema): {type(exc).__name__}: {exc}") from None
+    return out
+
+
+def _datum(data: bytes | bytearray | memoryview, r: _Reader) -> Any:
     buf = io.BytesIO(data)
     buf.seek(_HEADER_LEN)
     try:
@@ -268,17 +287,14 @@ def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
         raise RecordDecodeError(
             f"{r.name} ({r.version} schema): {len(data) - end} trailing bytes after the body"
         )
-    try:
-        out: Record = r.from_avro(datum)
-    except Exception as exc:
-        raise RecordDecodeError(f"{r.name} ({r.version} schema): {type(exc).__name__}: {exc}") from None
-    return out
+    return datum
 
 
 _DEFAULT = Codecs()
 encode = _DEFAULT.encode
 decode = _DEFAULT.decode
 decode_command_topic = _DEFAULT.decode_command_topic
+decode_fields = _DEFAULT.decode_fields
 record_type = _DEFAULT.record_type
 schema_header = _DEFAULT.schema_header
 current_schema = _DEFAULT.current_schema

@@ -1,0 +1,75 @@
+"""The processor's record glue: ahead-of-time dispatch heads and schedule records round trips."""
+
+from __future__ import annotations
+
+from scheduler.domain import ScheduleSpec, available_at, occurrence_id
+from scheduler.processor import codec
+from scheduler.processor.shard import Shard
+from scheduler.records import Occurrence, decode
+from scheduler.tenants import Tenant
+
+T0 = 1_800_000_000 - (1_800_000_000 % 3600)
+
+
+def _loaded() -> Shard:
+    s = Shard(0, {"a": Tenant(name="a")}, partitions=1)
+    for i in range(40):
+        sp = ScheduleSpec(kind="cron", cron="*/10 * * * *", timezone="UTC", handler="h",
+                          payload=f"p{i}".encode(), window_minutes=2 if i % 2 else 0)
+        assert s.apply(kind="CREATE", request_id=f"r{i}", tenant="a", schedule_id=f"s{i:02}",
+                       idempotency_key=None, expected_version=None, spec=sp, issued_at=T0 - 30,
+                       now=T0 - 30).accepted
+    return s
+
+
+def _emit(s: Shard, now: int) -> list[bytes]:
+    stamp = codec.dispatch_stamp(now * 1000 + 7)
+    return [codec.encode_dispatch(o, stamp) for o in s.due(now, 1000, float(now)).dispatch]
+
+
+def test_prepared_heads_give_the_records_encoded_at_firing_time() -> None:
+    ahead, late = _loaded(), _loaded()
+    batches = []
+    while batch := ahead.to_prepare(T0 + 120, 7):  # resumes across calls
+        codec.prepare_heads(batch)
+        batches.append(len(batch))
+    assert sum(batches) == 40 and max(batches) == 7
+    assert all(e.prepared is not None for e in ahead.entries.values())
+    got, want = _emit(ahead, T0 + 120), _emit(late, T0 + 120)
+    assert len(got) == 40 and sorted(got) == sorted(want)
+    for value in got:
+        occ = decode(value, Occurrence)
+        sf = occ.scheduled_for_ms // 1000
+        assert sf == T0
+        assert occ.occurrence_id == occurrence_id(occ.schedule_id, 1, sf)
+        window = 2 if int(occ.schedule_id[1:]) % 2 else 0
+        assert occ.available_at_ms // 1000 == available_at(occ.occurrence_id, sf, window)
+        assert (occ.enqueued_at_ms, occ.attempt, occ.handler) == ((T0 + 120) * 1000 + 7, 1, "h")
+        assert occ.payload == f"p{int(occ.schedule_id[1:])}".encode()
+    # re-armed for the next fire: the old heads are gone, the next pass prepares the new ones
+    assert all(e.prepared is None for e in ahead.entries.values())
+
+
+def test_an_update_drops_the_prepared_head() -> None:
+    s = _loaded()
+    codec.prepare_heads(s.to_prepare(T0 + 120, 100))
+    sp = ScheduleSpec(kind="cron", cron="5 * * * *", timezone="UTC", handler="h2")
+    s.apply(kind="UPDATE", request_id="u", tenant="a", schedule_id="s00", idempotency_key=None,
+            expected_version=1, spec=sp, issued_at=T0 - 20, now=T0 - 20)
+    assert s.entries["s00"].prepared is None
+    emitted = [decode(v, Occurrence) for v in _emit(s, T0 + 600)]
+    mine = [o for o in emitted if o.schedule_id == "s00"]
+    assert [(o.version, o.scheduled_for_ms // 1000, o.handler) for o in mine] == [(2, T0 + 300, "h2")]
+
+
+def test_schedule_record_round_trip_rebuilds_the_spec() -> None:
+    s = _loaded()
+    s.apply(kind="PAUSE", request_id="p", tenant="a", schedule_id="s03", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=T0 - 10, now=T0 - 10)
+    e = s.entries["s03"]
+    sched, hist, version = codec.encode_schedule_change(e, "PAUSE", "p", T0 - 10)
+    back = codec.decode_schedule_entry(sched)
+    assert back.spec() == e.spec() and back.spec().payload == b"p3"
+    assert (back.state, back.version, back.created_at_ms, back.paused_at_ms) == (
+        "PAUSED", 1, (T0 - 30) * 1000, (T0 - 10) * 1000)
+    assert hist is not None and version
