@@ -88,6 +88,39 @@ def _start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen
     return subprocess.Popen(cmd, env=env)
 
 
+def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs shaped like the burst's dispatch records: random 32-hex ids, a
+    32-byte payload, the same tenant/handler and Avro layout."""
+    from scheduler.processor import codec
+    from scheduler.processor.model import Lane, Occurrence
+
+    stamp = codec.dispatch_stamp(int(time.time() * 1000))
+    due = int(time.time())
+    out = []
+    for _ in range(n):
+        sid = uuid.uuid4().hex
+        occ = Occurrence(sid, "t0", 1, due, due, Lane.STRICT, "noop", b"x" * 32)
+        out.append((sid.encode(), codec.encode_dispatch(occ, stamp)))
+    return out
+
+
+def _plain_rate(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
+    from scheduler.kafka.clients import producer
+
+    plain = producer(bootstrap)
+    produce = plain.produce
+    t0 = time.perf_counter()
+    for key, value in records:
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:
+                plain.poll(0.01)
+    plain.flush(120)
+    return len(records) / (time.perf_counter() - t0)
+
+
 def _rss(pid: int) -> int:
     import psutil
 
@@ -116,26 +149,24 @@ def _run(args: argparse.Namespace) -> int:
     apply_topics(admin, desired_topics(settings, load_tenants(tenants_file)))
     bs = settings.bootstrap_servers
 
-    # 1. The baseline: a plain producer, same settings, records of the dispatch size.
-    sample = 160
+    # 1. The baseline: a plain producer, same settings, writing N records shaped like the dispatch
+    # records (distinct ids, same sizes, keyed by a schedule id), encoded before the clock starts.
     base_topic = f"{ns}.baseline"
     from confluent_kafka.admin import NewTopic
 
     admin.create_topics([NewTopic(base_topic, settings.partitions, 1)])[base_topic].result(30)
     time.sleep(1)
-    plain = producer(bs)
-    value = os.urandom(sample)
-    t0 = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                plain.produce(base_topic, value, str(i).encode())
-                break
-            except BufferError:
-                plain.poll(0.01)
-    plain.flush(120)
-    plain_rate = n / (time.perf_counter() - t0)
-    print(f"plain producer: {plain_rate:,.0f} records/s ({n:,} x {sample} B)")
+    records = _baseline_records(n)
+    sample = len(records[0][1])
+    plain_rate = _plain_rate(bs, base_topic, records)
+    # The same with one repeated value: what the baseline was before 2026-12-02 (lz4 squeezes it).
+    same = [(k, records[0][1]) for k, _ in records]
+    plain_same_rate = _plain_rate(bs, base_topic, same)
+    del records, same
+    print(
+        f"plain producer: {plain_rate:,.0f} records/s ({n:,} distinct x {sample} B); "
+        f"one repeated value: {plain_same_rate:,.0f}/s"
+    )
 
     # 2. A processor.
     proc = _start_processor(env, args.metrics_port)
@@ -271,6 +302,7 @@ def _run(args: argparse.Namespace) -> int:
         "append_lag_p99_s": _pct(app, 0.99),
         "emit_rate_per_s": emit_rate,
         "plain_producer_rate_per_s": plain_rate,
+        "plain_producer_same_value_rate_per_s": plain_same_rate,
         "ratio": emit_rate / plain_rate if plain_rate else 0.0,
         "missing": n - len(ids),
         "duplicates": total - len(ids),

@@ -38,6 +38,7 @@ __all__ = [
     "encode_dispatch",
     "encode_event",
     "encode_result",
+    "encode_runtime",
     "encode_schedule_change",
     "encode_shard_state",
     "encode_undecodable_result",
@@ -81,7 +82,13 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
         st = decode(value, ShardState)
         shard.cursors = {(c.tenant, Lane[c.lane]): (c.at_s, c.schedule_id) for c in st.cursors}
     elif cls is ScheduleRuntime:
-        decode(value, ScheduleRuntime)  # runtime state of overlap/retries: issue 5
+        rt = decode(value, ScheduleRuntime)  # overlap and retry state: issue 5
+        if rt.catch_up_cursor_ms is not None and rt.catch_up_until_ms is not None:
+            shard.restored_spans[rt.schedule_id] = (
+                rt.version,
+                rt.catch_up_cursor_ms // 1000,
+                rt.catch_up_until_ms // 1000,
+            )
     else:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
 
@@ -100,6 +107,22 @@ def _parts_of(spec: dict[str, Any]) -> SpecParts:
             _PARTS_BY_RECORD.clear()
         _PARTS_BY_RECORD[key] = parts
     return parts
+
+
+def encode_runtime(entry: Entry, span: tuple[int, int] | None, now: int) -> bytes | None:
+    """The ``ksched.state`` value of a schedule's runtime state; None (a tombstone) when empty."""
+    if span is None:
+        return None
+    return encode(
+        ScheduleRuntime(
+            schedule_id=entry.schedule_id,
+            tenant=entry.tenant,
+            version=entry.version,
+            catch_up_cursor_ms=span[0] * 1000,
+            catch_up_until_ms=span[1] * 1000,
+            updated_at_ms=now * 1000,
+        )
+    )
 
 
 def decode_schedule_entry(value: bytes) -> Entry:

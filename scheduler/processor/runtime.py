@@ -276,7 +276,10 @@ class Processor:
             self._write_tick(owned, out, clock)
             if out.dispatch:
                 self.failpoint.hit("after_produce")
-            # 3. cursors
+            # 3. cursors and changed runtime state
+            for sid, entry, span in shard.runtime_changes():
+                value = codec.encode_runtime(entry, span, now) if entry is not None else None
+                producer.produce(self.t_state, key=sid.encode(), value=value, partition=p)
             if msgs or out.dispatch or out.events or clock - owned.last_state_write >= 1.0:
                 producer.produce(
                     self.t_state,

@@ -90,6 +90,12 @@ class Shard:
         self.queues: dict[tuple[str, Lane], LaneQueue] = {}
         self.cursors: dict[tuple[str, Lane], Cursor] = {}  # restored, before queues exist
         self.catch_up: dict[str, deque[Occurrence]] = {}
+        # Pending catch-up per schedule: [next scheduled_for to emit, last (inclusive)], persisted
+        # on ksched.state (ScheduleRuntime) whenever it changes, since the lane cursor that decided
+        # them has moved past them. ``runtime_dirty`` names the schedules to rewrite this tick.
+        self.catch_up_span: dict[str, tuple[int, int]] = {}
+        self.runtime_dirty: set[str] = set()
+        self.restored_spans: dict[str, tuple[int, int, int]] = {}  # sid -> (version, next, last)
         self.active_count: dict[str, int] = {}
         self._trigger: dict[str, TokenBucket] = {}
         self._catchup_rate: dict[str, TokenBucket] = {}
@@ -178,6 +184,28 @@ class Shard:
                 if e.prepared is None and e.armed_at is not None and e.armed_at <= until:
                     yield e
 
+    def _caught_up(self, occ: Occurrence) -> None:
+        """Move the schedule's persisted catch-up span past an emitted catch-up occurrence."""
+        span = self.catch_up_span.get(occ.schedule_id)
+        if span is None:
+            return
+        e = self.entries.get(occ.schedule_id)
+        nxt = e.compiled.next_after_epoch(occ.scheduled_for) if e is not None else None
+        if nxt is None or nxt > span[1]:
+            del self.catch_up_span[occ.schedule_id]
+        else:
+            self.catch_up_span[occ.schedule_id] = (nxt, span[1])
+        self.runtime_dirty.add(occ.schedule_id)
+
+    def runtime_changes(self) -> list[tuple[str, Entry | None, tuple[int, int] | None]]:
+        """The schedules whose runtime state changed since the last call, with their entry and
+        pending catch-up span (None: nothing pending, write a tombstone)."""
+        out = [
+            (sid, self.entries.get(sid), self.catch_up_span.get(sid)) for sid in sorted(self.runtime_dirty)
+        ]
+        self.runtime_dirty.clear()
+        return out
+
     # -- restore ----------------------------------------------------------------
     def restore_entry(self, e: Entry) -> None:
         """Add a schedule read from ``ksched.schedules`` (called before cursors are final)."""
@@ -195,6 +223,21 @@ class Shard:
         for e in self.entries.values():
             if e.state == ACTIVE and not self.arm_from(e, -1):
                 e.state = COMPLETED
+        for sid, (version, first, last) in sorted(self.restored_spans.items()):
+            owner = self.entries.get(sid)
+            if owner is None or owner.version != version or owner.state not in (ACTIVE, COMPLETED):
+                self.runtime_dirty.add(sid)  # stale: cleared by the next tick
+                continue
+            cq = self.catch_up.setdefault(owner.tenant, deque())
+            f: int | None = first
+            while f is not None and f <= last:
+                cq.append(
+                    Occurrence(sid, owner.tenant, owner.version, f, self._available(owner, f),
+                               Lane.CATCH_UP, owner.base.handler, owner.payload)
+                )
+                f = owner.compiled.next_after_epoch(f)
+            self.catch_up_span[sid] = (first, last)
+        self.restored_spans.clear()
 
     # -- commands ---------------------------------------------------------------
     def _reject(
@@ -415,6 +458,8 @@ class Shard:
             else:
                 keep.append(o)
         self.catch_up[e.tenant] = keep
+        if self.catch_up_span.pop(e.schedule_id, None) is not None:
+            self.runtime_dirty.add(e.schedule_id)
         return events
 
     # -- the tick ---------------------------------------------------------------
@@ -468,7 +513,9 @@ class Shard:
             if n < len(cq):
                 out.throttled[tenant] = out.throttled.get(tenant, 0) + len(cq) - n
             for _ in range(n):
-                out.dispatch.append(cq.popleft())
+                occ = cq.popleft()
+                out.dispatch.append(occ)
+                self._caught_up(occ)
             bucket.spend(n, clock)
             budget -= n
         # Idle lanes' cursors follow time so the watermark advances.
@@ -552,6 +599,8 @@ class Shard:
             )
         out.missed += cut
         if cut < len(late):
+            self.catch_up_span[e.schedule_id] = (late[cut][1], late[-1][1])
+            self.runtime_dirty.add(e.schedule_id)
             cq = self.catch_up.setdefault(e.tenant, deque())
             for _oid, sf, avail in late[cut:]:
                 cq.append(

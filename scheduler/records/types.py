@@ -257,6 +257,7 @@ class ScheduleRuntime:
     retries: tuple[RetryTimer, ...] = ()
     queued: QueuedOccurrence | None = None
     catch_up_cursor_ms: int | None = None
+    catch_up_until_ms: int | None = None
     catch_up_emitted: int = 0
     updated_at_ms: int
 
