@@ -186,7 +186,9 @@ class Occurrence(NamedTuple):
     version: int
     scheduled_for: int
     available_at: int
-    lane: Lane
+    # A Lane value as a plain int: a tuple of untracked atoms is dropped from the cyclic GC,
+    # so a burst's hundreds of thousands of occurrences never trigger a full collection.
+    lane: int
     handler: str
     payload: bytes
     attempt: int = 1

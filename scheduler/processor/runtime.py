@@ -9,6 +9,7 @@ and :meth:`Processor._tick_shard`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -101,6 +102,8 @@ class Processor:
         self.t_events = topic_name(settings, "occurrence-events")
         self.group_id = f"{ns}.processor"
         self.consumer: Consumer | None = None
+        self._heap_changed = False
+        self._last_freeze = 0.0
 
     # -- lifecycle --------------------------------------------------------------
     def stop(self) -> None:
@@ -153,6 +156,26 @@ class Processor:
         now = self.clock()
         for p, owned in list(self.owned.items()):
             self._tick_shard(owned, by_partition.get(p, []), now)
+        if by_partition:
+            self._heap_changed = True
+        self._settle_heap()
+
+    def _settle_heap(self, force: bool = False) -> None:
+        """Take the long-lived schedule entries out of the cyclic GC's sight (``gc.freeze``).
+
+        A shard holds up to millions of entries; a burst promotes many short-lived
+        objects, and each full collection that follows would traverse every entry
+        (~0.3 s per 500,000: pauses measured in the burst's lag plot). Entries are
+        freed by reference counting as before; only cycles among frozen objects
+        would leak, so the young generations are collected first. At most once a
+        second, and only after commands (new entries) or a restore.
+        """
+        now = time.monotonic()
+        if force or (self._heap_changed and now - self._last_freeze >= 1.0):
+            gc.collect(1)
+            gc.freeze()
+            self._heap_changed = False
+            self._last_freeze = now
 
     def _prepare_ahead(self, idle_s: float) -> float:
         """Spend the idle part of ``idle_s`` encoding dispatch heads due within
@@ -227,6 +250,7 @@ class Processor:
             )
             self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_commands, p))
         log.info("restored %d shards in %.2fs", len(shards), time.monotonic() - started)
+        self._settle_heap(force=True)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Give up shards. No transaction is open here: ticks run between polls,

@@ -32,6 +32,7 @@ from scheduler.processor.model import (
 from scheduler.processor.quotas import TokenBucket
 from scheduler.tenants import Tenant
 
+_CATCH_UP = int(Lane.CATCH_UP)
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
 
 
@@ -233,7 +234,7 @@ class Shard:
             while f is not None and f <= last:
                 cq.append(
                     Occurrence(sid, owner.tenant, owner.version, f, self._available(owner, f),
-                               Lane.CATCH_UP, owner.base.handler, owner.payload)
+                               _CATCH_UP, owner.base.handler, owner.payload)
                 )
                 f = owner.compiled.next_after_epoch(f)
             self.catch_up_span[sid] = (first, last)
@@ -544,7 +545,7 @@ class Shard:
                         e.version,
                         f,
                         avail,
-                        e.lane,
+                        int(e.lane),
                         e.base.handler,
                         e.payload,
                         1,
@@ -610,7 +611,7 @@ class Shard:
                         e.version,
                         sf,
                         avail,
-                        Lane.CATCH_UP,
+                        _CATCH_UP,
                         e.base.handler,
                         e.payload,
                     )
