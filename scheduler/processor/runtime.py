@@ -17,6 +17,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -63,6 +64,17 @@ class Failpoint:
 
 
 @dataclass
+class PendingCommit:
+    """A tick whose transaction is being committed on the commit thread."""
+
+    owned: OwnedShard
+    future: Future[None]
+    out: TickOutput
+    clock: float
+    started: float
+
+
+@dataclass
 class OwnedShard:
     shard: Shard
     producer: Producer
@@ -104,6 +116,7 @@ class Processor:
         self.consumer: Consumer | None = None
         self._heap_changed = False
         self._last_freeze = 0.0
+        self._committer = ThreadPoolExecutor(max_workers=settings.partitions, thread_name_prefix="commit")
 
     # -- lifecycle --------------------------------------------------------------
     def stop(self) -> None:
@@ -139,6 +152,7 @@ class Processor:
             for p in list(self.owned):
                 self._drop(p)
             self.consumer.close()
+            self._committer.shutdown(wait=True)
             log.info("processor %s stopped", self.instance_id)
 
     def _loop_once(self) -> None:
@@ -154,8 +168,10 @@ class Processor:
                 continue
             by_partition[m.partition() or 0].append(m)
         now = self.clock()
-        for p, owned in list(self.owned.items()):
-            self._tick_shard(owned, by_partition.get(p, []), now)
+        commits = [self._tick_shard(o, by_partition.get(p, []), now) for p, o in list(self.owned.items())]
+        for pending in commits:
+            if pending is not None:
+                self._finish_commit(pending)
         if by_partition:
             self._heap_changed = True
         self._settle_heap()
@@ -272,7 +288,7 @@ class Processor:
         log.info("shard %d: dropped", p)
 
     # -- the tick (the only commit order) ---------------------------------------
-    def _tick_shard(self, owned: OwnedShard, msgs: list[Message], clock: float) -> None:
+    def _tick_shard(self, owned: OwnedShard, msgs: list[Message], clock: float) -> PendingCommit | None:
         """One transaction for shard p:
 
         1. apply the commands and reports polled for p (results, schedules,
@@ -282,8 +298,13 @@ class Processor:
         3. write the advanced cursors and changed runtime state to ``ksched.state``;
         4. ``send_offsets_to_transaction`` for the consumed commands; commit.
 
-        Any Kafka error aborts the transaction; a fenced producer drops the shard
-        (another owner has it) — nothing of this tick becomes visible.
+        The commit of a transaction that wrote anything runs on a commit thread
+        while the loop goes on to the next shard's steps 1-4 (a commit mostly
+        waits for the broker's acks); :meth:`_finish_commit` joins it before the
+        loop polls again, so no transaction is ever open across a poll or a
+        rebalance callback. Any Kafka error aborts the transaction; a fenced
+        producer drops the shard (another owner has it) — nothing of this tick
+        becomes visible.
         """
         shard, producer, p = owned.shard, owned.producer, owned.partition.partition
         now = int(clock)
@@ -301,10 +322,12 @@ class Processor:
             if out.dispatch:
                 self.failpoint.hit("after_produce")
             # 3. cursors and changed runtime state
+            wrote = bool(msgs or out.dispatch or out.events or out.completed)
             for sid, entry, span in shard.runtime_changes():
                 value = codec.encode_runtime(entry, span, now) if entry is not None else None
                 producer.produce(self.t_state, key=sid.encode(), value=value, partition=p)
-            if msgs or out.dispatch or out.events or clock - owned.last_state_write >= 1.0:
+                wrote = True
+            if wrote or clock - owned.last_state_write >= 1.0:
                 producer.produce(
                     self.t_state,
                     key=codec.shard_state_key(p),
@@ -312,6 +335,7 @@ class Processor:
                     partition=p,
                 )
                 owned.last_state_write = clock
+                wrote = True
             # 4. offsets, commit
             if msgs:
                 offsets = [TopicPartition(self.t_commands, p, (msgs[-1].offset() or 0) + 1)]
@@ -319,14 +343,26 @@ class Processor:
                 producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
             if out.dispatch:
                 self.failpoint.hit("before_commit")
-            producer.commit_transaction(30)
-            if out.dispatch:
-                self.failpoint.hit("after_commit")
+            if not wrote:
+                producer.commit_transaction(30)  # empty: settled locally, nothing to wait for
+                return None
         except KafkaException as exc:
             self._tick_failed(owned, exc)
+            return None
+        commit = self._committer.submit(producer.commit_transaction, 30)
+        return PendingCommit(owned, commit, out, clock, started)
+
+    def _finish_commit(self, pending: PendingCommit) -> None:
+        """Join a tick's commit (step 4's end); a failed commit aborts and restores the shard."""
+        try:
+            pending.future.result()
+        except KafkaException as exc:
+            self._tick_failed(pending.owned, exc)
             return
-        self.metrics.transaction_seconds.observe(time.monotonic() - started)
-        self.metrics.observe_tick(shard, out, clock)
+        if pending.out.dispatch:
+            self.failpoint.hit("after_commit")
+        self.metrics.transaction_seconds.observe(time.monotonic() - pending.started)
+        self.metrics.observe_tick(pending.owned.shard, pending.out, pending.clock)
 
     def _tick_failed(self, owned: OwnedShard, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
