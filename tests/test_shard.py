@@ -164,6 +164,7 @@ def test_misfire_policies_after_a_ten_minute_outage() -> None:
 
 def test_pending_catch_up_is_persisted_and_restored_exactly() -> None:
     from scheduler.processor.model import Entry, spec_parts
+    from scheduler.processor.shard import ScheduleRuntimeView
 
     tenants = {"a": Tenant(name="a", catch_up_rate_per_s=1)}
     s = Shard(0, tenants, partitions=1)
@@ -174,17 +175,17 @@ def test_pending_catch_up_is_persisted_and_restored_exactly() -> None:
     caught = [d.scheduled_for for d in first.dispatch if d.lane == Lane.CATCH_UP]
     assert caught == [T0 + 360]
     changes = s.runtime_changes()
-    assert [(sid, span) for sid, _, span in changes] == [("x", (T0 + 420, T0 + 540))]
+    assert [(sid, v and v.catch_up) for sid, v in changes] == [("x", (T0 + 420, T0 + 540))]
     # a new owner restores the entry, the cursors and the span: it emits exactly the rest
     r = Shard(0, tenants, partitions=1)
     r.cursors = dict(s.cursor_map())
     e = s.entries["x"]
     r.restore_entry(Entry(schedule_id="x", tenant="a", version=1, state="ACTIVE", parts=spec_parts(e.spec()),
                           payload=e.payload, effective_from=e.effective_from, idempotency_key=None))
-    r.restored_spans["x"] = (1, T0 + 420, T0 + 540)
+    r.restored_runtime["x"] = ScheduleRuntimeView(version=1, catch_up=(T0 + 420, T0 + 540))
     r.finish_restore()
     rest = []
     for now in range(T0 + 601, T0 + 610):
         rest += [d.scheduled_for for d in r.due(now, 1000, float(now)).dispatch if d.lane == Lane.CATCH_UP]
     assert rest == [T0 + 420, T0 + 480, T0 + 540]
-    assert [(sid, span) for sid, _, span in r.runtime_changes()][-1] == ("x", None)  # drained: tombstone
+    assert r.runtime_changes()[-1] == ("x", None)  # drained: a tombstone

@@ -6,14 +6,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from scheduler.domain import ScheduleSpec, occurrence_id
+from scheduler.processor import lifecycle
+from scheduler.processor.attempts import Attempt
+from scheduler.processor.lifecycle import ReportResult
 from scheduler.processor.model import Entry, Event, Lane, Occurrence, SpecParts, spec_parts
-from scheduler.processor.shard import CommandOutcome, Shard
+from scheduler.processor.shard import CommandOutcome, ScheduleRuntimeView, Shard
 from scheduler.records import (
     AttemptReport,
     CommandResult,
+    DlqEntry,
     LaneCursor,
     OccurrenceEvent,
+    QueuedOccurrence,
     RecordDecodeError,
+    RetryTimer,
+    RunningAttempt,
     Schedule,
     ScheduleCommand,
     ScheduleHistoryEntry,
@@ -30,11 +37,14 @@ from scheduler.records import (
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
 
 __all__ = [
+    "AttemptReport",
     "RecordDecodeError",
     "apply_command",
+    "apply_report",
     "decode_command_topic",
     "decode_schedule_entry",
     "dispatch_stamp",
+    "encode_dead_letter",
     "encode_dispatch",
     "encode_event",
     "encode_result",
@@ -42,9 +52,7 @@ __all__ = [
     "encode_schedule_change",
     "encode_shard_state",
     "encode_undecodable_result",
-    "is_attempt_report",
     "prepare_heads",
-    "report_kind",
     "restore_state_record",
     "shard_state_key",
 ]
@@ -82,13 +90,27 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
         st = decode(value, ShardState)
         shard.cursors = {(c.tenant, Lane[c.lane]): (c.at_s, c.schedule_id) for c in st.cursors}
     elif cls is ScheduleRuntime:
-        rt = decode(value, ScheduleRuntime)  # overlap and retry state: issue 5
+        rt = decode(value, ScheduleRuntime)
+        catch_up = None
         if rt.catch_up_cursor_ms is not None and rt.catch_up_until_ms is not None:
-            shard.restored_spans[rt.schedule_id] = (
-                rt.version,
-                rt.catch_up_cursor_ms // 1000,
-                rt.catch_up_until_ms // 1000,
-            )
+            catch_up = (rt.catch_up_cursor_ms // 1000, rt.catch_up_until_ms // 1000)
+        shard.restored_runtime[rt.schedule_id] = ScheduleRuntimeView(
+            version=rt.version,
+            catch_up=catch_up,
+            running=[
+                Attempt(r.occurrence_id, rt.schedule_id, rt.tenant, r.version, r.scheduled_for_ms // 1000,
+                        r.attempt, r.token, r.lease_expires_at_ms // 1000 or None)
+                for r in rt.running
+            ],
+            retries=[
+                Attempt(r.occurrence_id, rt.schedule_id, rt.tenant, r.version, r.scheduled_for_ms // 1000,
+                        r.attempt, None, None, r.due_at_ms // 1000, r.last_error_class, r.last_error_message)
+                for r in rt.retries
+            ],
+            queued=None if rt.queued is None else (
+                rt.queued.occurrence_id, rt.queued.version, rt.queued.scheduled_for_ms // 1000
+            ),
+        )
     else:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
 
@@ -109,19 +131,79 @@ def _parts_of(spec: dict[str, Any]) -> SpecParts:
     return parts
 
 
-def encode_runtime(entry: Entry, span: tuple[int, int] | None, now: int) -> bytes | None:
+def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now: int) -> bytes | None:
     """The ``ksched.state`` value of a schedule's runtime state; None (a tombstone) when empty."""
-    if span is None:
+    if view is None:
         return None
     return encode(
         ScheduleRuntime(
-            schedule_id=entry.schedule_id,
-            tenant=entry.tenant,
-            version=entry.version,
-            catch_up_cursor_ms=span[0] * 1000,
-            catch_up_until_ms=span[1] * 1000,
+            schedule_id=sid,
+            tenant=tenant,
+            version=view.version,
+            running=tuple(
+                RunningAttempt(
+                    occurrence_id=a.occurrence_id, version=a.version, scheduled_for_ms=a.scheduled_for * 1000,
+                    attempt=a.attempt, token=a.token, lease_expires_at_ms=(a.lease_until or 0) * 1000,
+                )
+                for a in view.running
+            ),
+            retries=tuple(
+                RetryTimer(
+                    occurrence_id=a.occurrence_id, version=a.version, scheduled_for_ms=a.scheduled_for * 1000,
+                    attempt=a.attempt, due_at_ms=(a.retry_at or 0) * 1000,
+                    last_error_class=a.last_error_class, last_error_message=a.last_error_message,
+                )
+                for a in view.retries
+            ),
+            queued=None if view.queued is None else QueuedOccurrence(
+                occurrence_id=view.queued[0], version=view.queued[1],
+                scheduled_for_ms=view.queued[2] * 1000, available_at_ms=view.queued[2] * 1000,
+            ),
+            catch_up_cursor_ms=None if view.catch_up is None else view.catch_up[0] * 1000,
+            catch_up_until_ms=None if view.catch_up is None else view.catch_up[1] * 1000,
             updated_at_ms=now * 1000,
         )
+    )
+
+
+def encode_dead_letter(a: Attempt, entry: Entry | None, shard: Shard, now: int) -> bytes:
+    """The DLQ record of a dead occurrence (handler and payload of the schedule as it now is)."""
+    avail = shard.available(entry, a.scheduled_for) if entry is not None else a.scheduled_for
+    return encode(
+        DlqEntry(
+            occurrence_id=a.occurrence_id,
+            schedule_id=a.schedule_id,
+            tenant=a.tenant,
+            version=a.version,
+            scheduled_for_ms=a.scheduled_for * 1000,
+            available_at_ms=avail * 1000,
+            lane="STRICT" if entry is None else _LANE_NAMES[entry.lane],  # type: ignore[arg-type]
+            handler="" if entry is None else entry.base.handler,
+            payload=b"" if entry is None else entry.payload,
+            attempts=a.attempt,
+            last_error_class=a.last_error_class,
+            last_error_message=a.last_error_message,
+            dead_at_ms=now * 1000,
+            reason="dead",
+        )
+    )
+
+
+def apply_report(shard: Shard, rep: AttemptReport, now: int) -> ReportResult:
+    return lifecycle.apply_report(
+        shard,
+        kind=rep.kind,
+        oid=rep.occurrence_id,
+        schedule_id=rep.schedule_id,
+        tenant=rep.tenant,
+        version=rep.version,
+        scheduled_for=rep.scheduled_for_ms // 1000,
+        attempt=rep.attempt,
+        token=rep.token,
+        retryable=rep.retryable,
+        error_class=rep.error_class,
+        error_message=rep.error_message,
+        now=now,
     )
 
 
@@ -151,14 +233,6 @@ def decode_schedule_entry(value: bytes) -> Entry:
         paused_at_ms=s["paused_at_ms"],
         resumed_at_ms=s["resumed_at_ms"],
     )
-
-
-def is_attempt_report(rec: object) -> bool:
-    return isinstance(rec, AttemptReport)
-
-
-def report_kind(rec: object) -> str:
-    return str(getattr(rec, "kind", "?"))
 
 
 def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) -> CommandOutcome:
@@ -321,6 +395,7 @@ def encode_event(ev: Event, now: int) -> bytes:
             version=ev.version,
             scheduled_for_ms=ev.scheduled_for * 1000,
             state=_lit(ev.state),
+            attempt=ev.attempt,
             reason=ev.reason,
             at_ms=now * 1000,
         )

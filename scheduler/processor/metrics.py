@@ -53,6 +53,18 @@ class ProcessorMetrics:
         )
         self.rejected = Counter("ksched_rejected_total", "rejected commands", ["tenant", "code"], registry=r)
         self.reports = Counter("ksched_attempt_reports_total", "attempt reports seen", ["kind"], registry=r)
+        self.reports_ignored = Counter(
+            "ksched_attempt_reports_ignored_total",
+            "reports of an attempt that is not the current one (duplicates, stale tokens)",
+            ["kind"],
+            registry=r,
+        )
+        self.lifecycle = Counter(
+            "ksched_occurrences_total",
+            "occurrences retried, dead or skipped for overlap",
+            ["tenant", "state"],
+            registry=r,
+        )
         self.due_backlog = Gauge(
             "ksched_due_backlog", "occurrences due but not yet emitted", ["shard"], registry=r
         )

@@ -212,3 +212,4 @@ class Event:
     scheduled_for: int
     state: str
     reason: str | None = None
+    attempt: int | None = None

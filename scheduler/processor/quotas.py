@@ -8,7 +8,7 @@ class TokenBucket:
 
     __slots__ = ("_last", "_tokens", "burst", "rate")
 
-    def __init__(self, rate: int, burst: int) -> None:
+    def __init__(self, rate: float, burst: int) -> None:
         self.rate = rate
         self.burst = burst
         self._tokens = float(burst)

@@ -103,7 +103,7 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
         if m.topic() == t_state:
             st.state_records += 1
             if value is None:  # a tombstone: the schedule's runtime state was cleared
-                shard.restored_spans.pop((m.key() or b"").decode(), None)
+                shard.restored_runtime.pop((m.key() or b"").decode(), None)
                 return
             try:
                 codec.restore_state_record(shard, m.key(), value)

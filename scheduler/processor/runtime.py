@@ -24,8 +24,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from scheduler.kafka.clients import consumer_config, transactional_producer
 from scheduler.processor import codec
+from scheduler.processor.attempts import Attempt
 from scheduler.processor.metrics import ProcessorMetrics
-from scheduler.processor.model import Entry
+from scheduler.processor.model import Entry, Event
 from scheduler.processor.restore import restore_shards
 from scheduler.processor.shard import Shard, TickOutput
 from scheduler.settings import Settings
@@ -323,8 +324,9 @@ class Processor:
                 self.failpoint.hit("after_produce")
             # 3. cursors and changed runtime state
             wrote = bool(msgs or out.dispatch or out.events or out.completed)
-            for sid, entry, span in shard.runtime_changes():
-                value = codec.encode_runtime(entry, span, now) if entry is not None else None
+            for sid, view in shard.runtime_changes():
+                tenant = view and shard.entries[sid].tenant
+                value = codec.encode_runtime(sid, tenant or "", view, now)
                 producer.produce(self.t_state, key=sid.encode(), value=value, partition=p)
                 wrote = True
             if wrote or clock - owned.last_state_write >= 1.0:
@@ -393,8 +395,13 @@ class Processor:
                 self.t_results, key=rid.encode(), value=codec.encode_undecodable_result(rid, str(exc), now)
             )
             return
-        if codec.is_attempt_report(decoded):
-            self.metrics.reports.labels(kind=codec.report_kind(decoded)).inc()
+        if isinstance(decoded, codec.AttemptReport):
+            self.metrics.reports.labels(kind=decoded.kind).inc()
+            res = codec.apply_report(shard, decoded, now)
+            if res.ignored is not None:
+                self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
+                log.debug("report %s %s ignored: %s", decoded.kind, decoded.occurrence_id, res.ignored)
+            self._write_lifecycle(owned, res.events, res.dead, now)
             return
         outcome = codec.apply_command(shard, decoded, now)
         producer.produce(
@@ -424,6 +431,21 @@ class Processor:
             topic_name(self.settings, "versions", entry.tenant), key=key, value=version, partition=p
         )
 
+    def _write_lifecycle(self, owned: OwnedShard, events: list[Event], dead: list[Attempt], now: int) -> None:
+        """Occurrence events, and the DLQ records of occurrences declared dead."""
+        producer, p, shard = owned.producer, owned.partition.partition, owned.shard
+        for ev in events:
+            producer.produce(self.t_events, codec.encode_event(ev, now), ev.schedule_id.encode(), partition=p)
+            if ev.state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
+                self.metrics.lifecycle.labels(tenant=ev.tenant, state=ev.state).inc()
+        for a in dead:
+            producer.produce(
+                topic_name(self.settings, "dlq", a.tenant),
+                codec.encode_dead_letter(a, shard.entries.get(a.schedule_id), shard, now),
+                a.schedule_id.encode(),
+                partition=p,
+            )
+
     def _write_tick(self, owned: OwnedShard, out: TickOutput, clock: float) -> None:
         producer, p = owned.producer, owned.partition.partition
         stamp = codec.dispatch_stamp(int(clock * 1000))
@@ -441,8 +463,7 @@ class Processor:
                     break
                 except BufferError:
                     producer.poll(0.05)
-        for ev in out.events:
-            produce(self.t_events, codec.encode_event(ev, int(clock)), ev.schedule_id.encode(), partition=p)
+        self._write_lifecycle(owned, out.events, out.dead, int(clock))
         for entry in out.completed:
             self._write_schedule_change(owned, entry, "COMPLETE", f"complete-{entry.schedule_id}", int(clock))
         producer.poll(0)

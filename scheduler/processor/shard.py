@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 from scheduler.domain import ScheduleSpec, SpecError, occurrence_id
 from scheduler.domain.ids import jitter_within_s
+from scheduler.processor.attempts import Attempt, Attempts
 from scheduler.processor.lanes import Cursor, LaneQueue
+from scheduler.processor.lifecycle import admit, emit_retries
 from scheduler.processor.model import (
     ACTIVE,
     CANCELED,
@@ -72,6 +74,18 @@ class TickOutput:
     completed: list[Entry] = field(default_factory=list)  # schedules that reached COMPLETED
     throttled: dict[str, int] = field(default_factory=dict)
     missed: int = 0
+    dead: list[Attempt] = field(default_factory=list)  # occurrences declared DEAD (to the DLQ)
+
+
+@dataclass(slots=True)
+class ScheduleRuntimeView:
+    """A schedule's persisted runtime state (``ScheduleRuntime`` on ``ksched.state``)."""
+
+    version: int
+    catch_up: tuple[int, int] | None = None  # next scheduled_for to emit, last (inclusive)
+    running: list[Attempt] = field(default_factory=list)  # overlap-tracked in-flight attempts
+    retries: list[Attempt] = field(default_factory=list)  # RETRY_WAIT attempts
+    queued: tuple[str, int, int] | None = None  # QUEUE_ONE waiting (oid, version, scheduled_for)
 
 
 class Shard:
@@ -83,8 +97,14 @@ class Shard:
         tenants: dict[str, Tenant],
         *,
         partitions: int,
+        lease_s: int = 30,
     ) -> None:
         self.shard_id = shard_id
+        self.lease_s = lease_s
+        self.attempts = Attempts()
+        self.released: list[tuple[str, str, int, int]] = []  # QUEUE_ONE (sid, oid, version, f) to emit
+        self._retry_buckets: dict[str, TokenBucket] = {}
+        self.restored_runtime: dict[str, ScheduleRuntimeView] = {}
         self.tenants = tenants
         self.partitions = partitions
         self.entries: dict[str, Entry] = {}
@@ -96,7 +116,6 @@ class Shard:
         # them has moved past them. ``runtime_dirty`` names the schedules to rewrite this tick.
         self.catch_up_span: dict[str, tuple[int, int]] = {}
         self.runtime_dirty: set[str] = set()
-        self.restored_spans: dict[str, tuple[int, int, int]] = {}  # sid -> (version, next, last)
         self.active_count: dict[str, int] = {}
         self._trigger: dict[str, TokenBucket] = {}
         self._catchup_rate: dict[str, TokenBucket] = {}
@@ -198,14 +217,37 @@ class Shard:
             self.catch_up_span[occ.schedule_id] = (nxt, span[1])
         self.runtime_dirty.add(occ.schedule_id)
 
-    def runtime_changes(self) -> list[tuple[str, Entry | None, tuple[int, int] | None]]:
-        """The schedules whose runtime state changed since the last call, with their entry and
-        pending catch-up span (None: nothing pending, write a tombstone)."""
-        out = [
-            (sid, self.entries.get(sid), self.catch_up_span.get(sid)) for sid in sorted(self.runtime_dirty)
-        ]
+    def runtime_changes(self) -> list[tuple[str, ScheduleRuntimeView | None]]:
+        """The schedules whose persisted runtime state changed since the last call, with that
+        state (None: nothing left, write a tombstone)."""
+        dirty = self.runtime_dirty | self.attempts.dirty
         self.runtime_dirty.clear()
-        return out
+        self.attempts.dirty.clear()
+        return [(sid, self.runtime_view(sid)) for sid in sorted(dirty)]
+
+    def runtime_view(self, sid: str) -> ScheduleRuntimeView | None:
+        e = self.entries.get(sid)
+        if e is None:
+            return None
+        mine = self.attempts.of_schedule(sid)
+        tracked = e.policy.overlap != "ALLOW"
+        view = ScheduleRuntimeView(
+            version=e.version,
+            catch_up=self.catch_up_span.get(sid),
+            running=[a for a in mine if a.retry_at is None and tracked],
+            retries=[a for a in mine if a.retry_at is not None],
+            queued=self.attempts.queued.get(sid),
+        )
+        if view.catch_up is None and not view.running and not view.retries and view.queued is None:
+            return None
+        return view
+
+    def available(self, e: Entry, f: int) -> int:
+        """``available_at`` of ``e``'s occurrence at ``f``."""
+        return self._available(e, f)
+
+    def retry_bucket(self, tenant: str, rate: float) -> TokenBucket:
+        return self._bucket(self._retry_buckets, tenant, rate)
 
     # -- restore ----------------------------------------------------------------
     def restore_entry(self, e: Entry) -> None:
@@ -224,21 +266,29 @@ class Shard:
         for e in self.entries.values():
             if e.state == ACTIVE and not self.arm_from(e, -1):
                 e.state = COMPLETED
-        for sid, (version, first, last) in sorted(self.restored_spans.items()):
+        for sid, view in sorted(self.restored_runtime.items()):
             owner = self.entries.get(sid)
-            if owner is None or owner.version != version or owner.state not in (ACTIVE, COMPLETED):
+            if owner is None or owner.version != view.version or owner.state not in (ACTIVE, COMPLETED):
                 self.runtime_dirty.add(sid)  # stale: cleared by the next tick
                 continue
-            cq = self.catch_up.setdefault(owner.tenant, deque())
-            f: int | None = first
-            while f is not None and f <= last:
-                cq.append(
-                    Occurrence(sid, owner.tenant, owner.version, f, self._available(owner, f),
-                               _CATCH_UP, owner.base.handler, owner.payload)
-                )
-                f = owner.compiled.next_after_epoch(f)
-            self.catch_up_span[sid] = (first, last)
-        self.restored_spans.clear()
+            if view.catch_up is not None:
+                first, last = view.catch_up
+                cq = self.catch_up.setdefault(owner.tenant, deque())
+                f: int | None = first
+                while f is not None and f <= last:
+                    cq.append(
+                        Occurrence(sid, owner.tenant, owner.version, f, self._available(owner, f),
+                                   _CATCH_UP, owner.base.handler, owner.payload)
+                    )
+                    f = owner.compiled.next_after_epoch(f)
+                self.catch_up_span[sid] = view.catch_up
+            for a in (*view.running, *view.retries):
+                self.attempts.track(a)
+                if owner.policy.overlap != "ALLOW":  # a retrying occurrence still occupies it
+                    self.attempts.occupying.setdefault(sid, a.occurrence_id)
+            if view.queued is not None:
+                self.attempts.queued[sid] = view.queued
+        self.restored_runtime.clear()
 
     # -- commands ---------------------------------------------------------------
     def _reject(
@@ -461,13 +511,24 @@ class Shard:
         self.catch_up[e.tenant] = keep
         if self.catch_up_span.pop(e.schedule_id, None) is not None:
             self.runtime_dirty.add(e.schedule_id)
+        queued = self.attempts.queued.get(e.schedule_id)
+        if queued is not None:
+            oid, version, f = queued
+            events.append(Event(oid, e.schedule_id, e.tenant, version, f, "CANCELED", reason, 1))
+        for a in self.attempts.drop_schedule(e.schedule_id):
+            events.append(
+                Event(
+                    a.occurrence_id, a.schedule_id, a.tenant, a.version, a.scheduled_for, "CANCELED", reason,
+                    a.attempt,
+                )
+            )
         return events
 
     # -- the tick ---------------------------------------------------------------
-    def _bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: int) -> TokenBucket:
+    def _bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: float) -> TokenBucket:
         b = buckets.get(tenant)
         if b is None or b.rate != rate:
-            b = TokenBucket(rate, burst=max(rate, 1))
+            b = TokenBucket(rate, burst=max(int(rate), 1))
             buckets[tenant] = b
         return b
 
@@ -519,6 +580,7 @@ class Shard:
                 self._caught_up(occ)
             bucket.spend(n, clock)
             budget -= n
+        budget = emit_retries(self, now, budget, clock, out)
         # Idle lanes' cursors follow time so the watermark advances.
         for q in self.queues.values():
             if q.next_due() is None or (q.next_due() or 0) > now:
@@ -537,6 +599,8 @@ class Shard:
             avail = self._available(e, f) if pol.window_s else f
             if now - avail > pol.max_lateness_s:
                 nxt = self._misfire(e, f, now, out)
+            elif pol.overlap != "ALLOW" and not admit(self, e, f, avail, out):
+                nxt = e.compiled.next_after_epoch(f)
             else:
                 out.dispatch.append(
                     Occurrence(

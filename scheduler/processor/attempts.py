@@ -1,0 +1,194 @@
+"""Attempts of emitted occurrences within one shard: fencing, leases, retries, overlap (no Kafka).
+
+DESIGN.md §5: the processor numbers attempts, ignores a report whose token is
+not the current one, expires leases that stop heartbeating, decides retries
+(exponential backoff with full jitter, seeded so a replay recomputes it) and
+dead-letters, and applies the overlap policy atomically. Reports must stay
+cheap at peak, so per-attempt state is kept only where a policy needs it:
+
+- every attempt that has STARTED is tracked in memory (fencing, leases) until
+  it ends; it is *persisted* only for schedules whose overlap policy needs it;
+- an occurrence of a ``SKIP_IF_RUNNING`` / ``QUEUE_ONE`` schedule is tracked from
+  its emission (it occupies the schedule until it ends), and persisted;
+- retry timers and the ``QUEUE_ONE`` waiting occurrence are persisted.
+
+Persisted state is rewritten per schedule, in the tick's transaction, only
+when it changes (``dirty``). After a failover, reports of attempts that were
+not persisted are accepted as they come (a STARTED or HEARTBEAT re-establishes
+the lease); a bounded memory of finished occurrences drops duplicates.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+
+CANCELED_ERROR = "ksched.Canceled"  # a worker's report that it did not run a stale occurrence
+LEASE_EXPIRED = "ksched.LeaseExpired"
+FINISHED_MEMORY = 200_000  # occurrences remembered as finished, to drop duplicate reports
+
+
+@dataclass(slots=True)
+class Attempt:
+    """The current attempt of one in-flight occurrence (mutable, shard-private)."""
+
+    occurrence_id: str
+    schedule_id: str
+    tenant: str
+    version: int
+    scheduled_for: int
+    attempt: int
+    token: str | None = None  # None: emitted, not yet STARTED
+    lease_until: int | None = None  # epoch s; None: no lease (not started)
+    retry_at: int | None = None  # epoch s: waiting to be re-emitted (RETRY_WAIT)
+    last_error_class: str | None = None
+    last_error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one report decided. ``state`` is the occurrence event to record, if any."""
+
+    accepted: bool
+    state: str | None = None  # RUNNING, SUCCEEDED, RETRY_WAIT, DEAD, CANCELED
+    reason: str | None = None
+    attempt: Attempt | None = None
+
+
+class Attempts:
+    """In-flight occurrences of one shard."""
+
+    def __init__(self) -> None:
+        self.inflight: dict[str, Attempt] = {}  # occurrence_id -> current attempt
+        self.occupying: dict[str, str] = {}  # schedule_id -> occurrence_id (overlap-tracked)
+        self.queued: dict[str, tuple[str, int, int]] = {}  # schedule_id -> (oid, version, sf) waiting
+        self._retries: list[tuple[int, str, int]] = []  # heap of (retry_at, oid, attempt)
+        self._leases: list[tuple[int, str, int]] = []  # heap of (lease_until, oid, attempt)
+        self._finished: OrderedDict[str, int] = OrderedDict()  # oid -> last attempt seen finished
+        self.dirty: set[str] = set()  # schedule ids whose persisted runtime state changed
+
+    # -- emission ---------------------------------------------------------------
+    def occupied(self, schedule_id: str) -> bool:
+        return schedule_id in self.occupying
+
+    def occupy(self, a: Attempt) -> None:
+        """An overlap-tracked schedule's occurrence was emitted: it occupies the schedule."""
+        self.inflight[a.occurrence_id] = a
+        self.occupying[a.schedule_id] = a.occurrence_id
+        self.dirty.add(a.schedule_id)
+
+    def queue_one(self, schedule_id: str, oid: str, version: int, scheduled_for: int) -> bool:
+        """Hold one occurrence until the running one ends; False if one is already waiting."""
+        if schedule_id in self.queued:
+            return False
+        self.queued[schedule_id] = (oid, version, scheduled_for)
+        self.dirty.add(schedule_id)
+        return True
+
+    def due_retries(self, now: int) -> list[Attempt]:
+        """Attempts whose retry time has come (popped; the caller re-emits or re-schedules)."""
+        out: list[Attempt] = []
+        while self._retries and self._retries[0][0] <= now:
+            _, oid, n = heapq.heappop(self._retries)
+            a = self.inflight.get(oid)
+            if a is not None and a.attempt == n and a.retry_at is not None:
+                out.append(a)
+        return out
+
+    def next_retry(self) -> int | None:
+        return self._retries[0][0] if self._retries else None
+
+    def reemitted(self, a: Attempt, now: int) -> None:
+        """``a`` (attempt already incremented) was emitted again."""
+        a.retry_at = None
+        a.token = None
+        a.lease_until = None
+        self.dirty.add(a.schedule_id)
+
+    def expired_leases(self, now: int) -> list[Attempt]:
+        """Started attempts whose lease ran out without a heartbeat."""
+        out: list[Attempt] = []
+        while self._leases and self._leases[0][0] < now:
+            _, oid, n = heapq.heappop(self._leases)
+            a = self.inflight.get(oid)
+            if a is not None and a.attempt == n and a.lease_until is not None and a.lease_until < now:
+                out.append(a)
+        return out
+
+    # -- reports ----------------------------------------------------------------
+    def current(self, oid: str, attempt: int, token: str) -> tuple[Attempt | None, str | None]:
+        """(the tracked attempt, or None if untracked; why the report is stale, or None)."""
+        a = self.inflight.get(oid)
+        if a is None:
+            last = self._finished.get(oid)
+            if last is not None and attempt <= last:
+                return None, f"occurrence already finished (attempt {last})"
+            return None, None
+        if attempt != a.attempt or a.retry_at is not None:
+            return a, f"attempt {attempt} is not the current attempt {a.attempt}"
+        if a.token is not None and a.token != token:
+            return a, "token is not the current attempt's token"
+        return a, None
+
+    def started(self, a: Attempt, token: str, lease_until: int, persist: bool) -> None:
+        a.token = token
+        self.lease(a, lease_until)
+        if persist:
+            self.dirty.add(a.schedule_id)
+
+    def lease(self, a: Attempt, lease_until: int) -> None:
+        a.lease_until = lease_until
+        heapq.heappush(self._leases, (lease_until, a.occurrence_id, a.attempt))
+
+    def retry(self, a: Attempt, at: int, error_class: str | None, message: str | None) -> None:
+        a.retry_at = at
+        a.token = None
+        a.lease_until = None
+        a.last_error_class, a.last_error_message = error_class, message
+        heapq.heappush(self._retries, (at, a.occurrence_id, a.attempt))
+        self.dirty.add(a.schedule_id)
+
+    def finish(self, a: Attempt) -> tuple[str, int, int] | None:
+        """``a``'s occurrence ended (succeeded, dead or canceled); returns the QUEUE_ONE occurrence
+        now released, if any."""
+        self.inflight.pop(a.occurrence_id, None)
+        self.remember_finished(a.occurrence_id, a.attempt)
+        released = None
+        if self.occupying.get(a.schedule_id) == a.occurrence_id:
+            del self.occupying[a.schedule_id]
+            released = self.queued.pop(a.schedule_id, None)
+            self.dirty.add(a.schedule_id)
+        if a.retry_at is not None or a.last_error_class is not None:
+            self.dirty.add(a.schedule_id)
+        return released
+
+    def remember_finished(self, oid: str, attempt: int) -> None:
+        self._finished[oid] = attempt
+        self._finished.move_to_end(oid)
+        if len(self._finished) > FINISHED_MEMORY:
+            self._finished.popitem(last=False)
+
+    def track(self, a: Attempt) -> None:
+        """Adopt an attempt known only from a report or from restore."""
+        self.inflight[a.occurrence_id] = a
+        if a.retry_at is not None:
+            heapq.heappush(self._retries, (a.retry_at, a.occurrence_id, a.attempt))
+        elif a.lease_until is not None:
+            heapq.heappush(self._leases, (a.lease_until, a.occurrence_id, a.attempt))
+
+    def drop_schedule(self, schedule_id: str) -> list[Attempt]:
+        """Forget the schedule's waiting work (cancel, update, pause): its retries and queued
+        occurrence. Running attempts stay tracked so their reports are still fenced."""
+        dropped = [
+            a for a in self.inflight.values() if a.schedule_id == schedule_id and a.retry_at is not None
+        ]
+        for a in dropped:
+            del self.inflight[a.occurrence_id]
+            self.remember_finished(a.occurrence_id, a.attempt)
+        if self.queued.pop(schedule_id, None) is not None or dropped:
+            self.dirty.add(schedule_id)
+        return dropped
+
+    def of_schedule(self, schedule_id: str) -> list[Attempt]:
+        return [a for a in self.inflight.values() if a.schedule_id == schedule_id]

@@ -1,0 +1,147 @@
+"""The attempt lifecycle on the shard model (no Kafka): retries, DLQ, fencing, leases, overlap."""
+
+from __future__ import annotations
+
+from scheduler.domain import ScheduleSpec, occurrence_id
+from scheduler.domain.backoff import backoff_ceiling_s
+from scheduler.processor.lifecycle import ReportResult, apply_report
+from scheduler.processor.model import Lane
+from scheduler.processor.shard import Shard, TickOutput
+from scheduler.tenants import Tenant
+
+T0 = 1_800_000_000 - (1_800_000_000 % 3600)
+
+
+def shard(lease_s: int = 30, **spec_kw: object) -> Shard:
+    s = Shard(0, {"a": Tenant(name="a", retry_budget_per_min=0)}, partitions=1, lease_s=lease_s)
+    kw: dict[str, object] = {"cron": "* * * * *", **spec_kw}
+    sp = ScheduleSpec(kind="cron", timezone="UTC", handler="h", **kw)  # type: ignore[arg-type]
+    assert s.apply(kind="CREATE", request_id="r", tenant="a", schedule_id="x", idempotency_key=None,
+                   expected_version=None, spec=sp, issued_at=T0 - 1, now=T0 - 1).accepted
+    return s
+
+
+def report(s: Shard, kind: str, f: int, attempt: int, token: str, now: int, *, retryable: bool = True,
+           error_class: str | None = None) -> ReportResult:
+    return apply_report(s, kind=kind, oid=occurrence_id("x", 1, f), schedule_id="x", tenant="a", version=1,
+                        scheduled_for=f, attempt=attempt, token=token, retryable=retryable,
+                        error_class=error_class or ("E" if kind == "FAILED" else None),
+                        error_message="boom" if kind == "FAILED" else None, now=now)
+
+
+def tick(s: Shard, now: int) -> TickOutput:
+    return s.due(now, 1000, float(now))
+
+
+def until_emitted(s: Shard, start: int, end: int, lane: Lane) -> tuple[int, TickOutput]:
+    for now in range(start, end):
+        out = tick(s, now)
+        if any(d.lane == lane for d in out.dispatch):
+            return now, out
+    raise AssertionError(f"nothing emitted in lane {lane.name} in [{start}, {end})")
+
+
+def test_retryable_failures_back_off_then_dead_with_a_dlq_entry() -> None:
+    s = shard(retry_max_attempts=3, retry_backoff_base_s=2.0, retry_backoff_cap_s=60.0, cron="0 * * * *")
+    assert [d.attempt for d in tick(s, T0).dispatch] == [1]
+    now = T0
+    for attempt in (1, 2):
+        report(s, "STARTED", T0, attempt, f"t{attempt}", now)
+        res = report(s, "FAILED", T0, attempt, f"t{attempt}", now)
+        assert [e.state for e in res.events] == ["RETRY_WAIT"]
+        failed_at = now
+        now, out = until_emitted(s, now + 1, now + 200, Lane.RETRY)
+        (d,) = [d for d in out.dispatch if d.lane == Lane.RETRY]
+        assert d.attempt == attempt + 1 and d.occurrence_id == occurrence_id("x", 1, T0)  # the id is kept
+        # full jitter: never later than the ceiling of this attempt (rounded up to whole seconds)
+        assert now - failed_at <= backoff_ceiling_s(attempt, 2.0, 60.0) + 1
+    report(s, "STARTED", T0, 3, "t3", now)
+    res = report(s, "FAILED", T0, 3, "t3", now)
+    assert [e.state for e in res.events] == ["DEAD"] and "3 attempts" in (res.events[0].reason or "")
+    assert [a.attempt for a in res.dead] == [3]
+    assert not any(d.lane == Lane.RETRY for n in range(now, now + 300) for d in tick(s, n).dispatch)
+
+
+def test_a_permanent_failure_is_dead_at_once() -> None:
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t", T0)
+    res = report(s, "FAILED", T0, 1, "t", T0 + 1, retryable=False)
+    assert [e.state for e in res.events] == ["DEAD"] and len(res.dead) == 1
+
+
+def test_lease_expiry_starts_a_new_attempt_and_fences_the_old_worker() -> None:
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "old", T0)
+    report(s, "HEARTBEAT", T0, 1, "old", T0 + 20)  # lease until T0+50
+    assert not any(e.state == "RETRY_WAIT" for n in range(T0 + 1, T0 + 51) for e in tick(s, n).events)
+    out = tick(s, T0 + 51)
+    assert [e.reason and "heartbeat" in e.reason for e in out.events if e.state == "RETRY_WAIT"] == [True]
+    now, _ = until_emitted(s, T0 + 51, T0 + 200, Lane.RETRY)
+    late = report(s, "SUCCEEDED", T0, 1, "old", now)
+    assert late.ignored and not late.events  # the old worker's late completion is ignored
+    report(s, "STARTED", T0, 2, "new", now)
+    assert report(s, "SUCCEEDED", T0, 2, "other-token", now).ignored
+    assert [e.state for e in report(s, "SUCCEEDED", T0, 2, "new", now).events] == ["SUCCEEDED"]
+    assert report(s, "SUCCEEDED", T0, 2, "new", now).ignored  # a duplicate report
+
+
+def test_skip_if_running_skips_every_other_minute_for_a_90s_job() -> None:
+    s = shard(overlap="SKIP_IF_RUNNING")
+    emitted, skipped = [], []
+    running: int | None = None
+    for now in range(T0, T0 + 600):
+        out = tick(s, now)
+        emitted += [d.scheduled_for for d in out.dispatch]
+        skipped += [e.scheduled_for for e in out.events if e.state == "SKIPPED_OVERLAP"]
+        for d in out.dispatch:
+            assert running is None, "two running at once"
+            running = d.scheduled_for
+            report(s, "STARTED", d.scheduled_for, 1, f"t{now}", now)
+        if running is not None and now == running + 90:
+            report(s, "SUCCEEDED", running, 1, f"t{running}", now)
+            running = None
+        elif running is not None and (now - running) % 10 == 0:
+            report(s, "HEARTBEAT", running, 1, f"t{running}", now)
+    assert emitted == [T0 + 120 * i for i in range(5)]
+    assert skipped == [T0 + 60 + 120 * i for i in range(5)]
+
+
+def test_queue_one_releases_one_waiting_occurrence_when_the_running_one_ends() -> None:
+    s = shard(overlap="QUEUE_ONE", lease_s=600)
+    assert [d.scheduled_for for d in tick(s, T0).dispatch] == [T0]
+    report(s, "STARTED", T0, 1, "t", T0)
+    assert tick(s, T0 + 60).dispatch == []  # queued, no event yet
+    skipped = [e.scheduled_for for e in tick(s, T0 + 120).events if e.state == "SKIPPED_OVERLAP"]
+    assert skipped == [T0 + 120]
+    report(s, "SUCCEEDED", T0, 1, "t", T0 + 130)
+    assert [d.scheduled_for for d in tick(s, T0 + 131).dispatch] == [T0 + 60]
+
+
+def test_a_stale_occurrence_reported_canceled_is_recorded_canceled() -> None:
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    res = report(s, "FAILED", T0, 1, "t", T0, retryable=False, error_class="ksched.Canceled")
+    assert [e.state for e in res.events] == ["CANCELED"] and not res.dead
+
+
+def test_a_pending_retry_survives_a_handover() -> None:
+    from scheduler.processor.model import Entry, spec_parts
+
+    s = shard(cron="0 * * * *", retry_backoff_base_s=30.0, retry_backoff_cap_s=30.0)
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t", T0)
+    report(s, "FAILED", T0, 1, "t", T0)
+    (sid, view), = s.runtime_changes()
+    assert sid == "x" and view is not None and [a.attempt for a in view.retries] == [1]
+    r = Shard(0, s.tenants, partitions=1)
+    r.cursors = dict(s.cursor_map())
+    e = s.entries["x"]
+    r.restore_entry(Entry(schedule_id="x", tenant="a", version=1, state="ACTIVE", parts=spec_parts(e.spec()),
+                          payload=e.payload, effective_from=e.effective_from, idempotency_key=None))
+    retry_at = view.retries[0].retry_at
+    r.restored_runtime["x"] = view
+    r.finish_restore()
+    now, out = until_emitted(r, T0 + 1, T0 + 40, Lane.RETRY)
+    assert now == retry_at and [d.attempt for d in out.dispatch] == [2]
