@@ -10,10 +10,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, Message, TopicPartition
 
 from scheduler.domain import ScheduleSpec, compile_spec, schedule_id_for
 from scheduler.kafka.clients import consumer, producer
+from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
 from scheduler.settings import Settings, load_settings
 from scheduler.topology import topic_name
@@ -145,31 +146,19 @@ def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> di
     from scheduler.records import Schedule
 
     topic = topic_name(settings, "schedules")
+    out: dict[str, object] = {}
+
+    def keep(m: Message) -> None:
+        try:
+            s = decode(m.value() or b"", Schedule)
+        except ValueError:
+            return
+        if s.tenant == tenant:
+            out[s.schedule_id] = s
+
     c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
     try:
-        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        todo = set()
-        assign = []
-        for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                todo.add(p)
-                assign.append(TopicPartition(topic, p, low))
-        c.assign(assign)
-        out: dict[str, object] = {}
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            for m in c.consume(10_000, 0.5):
-                err = m.error()
-                if err is not None:
-                    todo.discard(m.partition() or 0)
-                    continue
-                try:
-                    s = decode(m.value() or b"", Schedule)
-                except ValueError:
-                    continue
-                if s.tenant == tenant:
-                    out[s.schedule_id] = s
-        return out
+        read_to_end(c, all_partitions(c, topic), keep, timeout_s)
     finally:
         c.close()
+    return out

@@ -48,6 +48,7 @@ class Settings:
     tick_interval_ms: int = 100
     prepare_ahead_s: int = 30  # dispatch records due within this horizon are encoded ahead of time
     tick_budget: int = 20_000  # max dispatches per shard per transaction
+    lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
     metrics_port: int = 9464
     api_port: int = 8080
 
@@ -95,6 +96,8 @@ def _validate(s: Settings) -> Settings:
         )
     if s.prepare_ahead_s < 0:
         raise SettingsError(f"setting prepare_ahead_s: {s.prepare_ahead_s} must be 0 or more")
+    if s.lease_s < 1:
+        raise SettingsError(f"setting lease_s: {s.lease_s} must be at least 1 (seconds)")
     if s.tick_budget < 1:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from scheduler.kafka.clients import consumer_config
+from scheduler.kafka.reader import read_to_end
 from scheduler.processor import codec
 from scheduler.processor.shard import Shard
 from scheduler.settings import Settings
@@ -24,53 +24,6 @@ class RestoreStats:
     state_records: int = 0
     undecodable: int = 0
     seconds: float = 0.0
-
-
-def read_to_end(
-    consumer: Consumer,
-    tps: list[TopicPartition],
-    on_record: Callable[[Message], None],
-    timeout_s: float = 600,
-) -> int:
-    """Feed every committed record of the partitions ``tps`` from the start to ``on_record``.
-
-    All partitions are read at once (the client fetches them in parallel) and
-    each ends at its end as ``read_committed`` sees it (the last stable offset);
-    raises TimeoutError naming the partitions not yet at their end if that
-    takes longer than ``timeout_s``.
-    """
-    pending: set[tuple[str, int]] = set()
-    start: list[TopicPartition] = []
-    for tp in tps:
-        low, high = consumer.get_watermark_offsets(tp, timeout=30)
-        if high > low:
-            pending.add((tp.topic, tp.partition))
-            start.append(TopicPartition(tp.topic, tp.partition, low))
-    if not pending:
-        return 0
-    consumer.assign(start)
-    n = 0
-    deadline = time.monotonic() + timeout_s
-    last_log = time.monotonic()
-    try:
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"restore did not reach the end of {sorted(pending)} in {timeout_s}s")
-            for m in consumer.consume(num_messages=10_000, timeout=0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard((m.topic() or "", m.partition() or 0))
-                        continue
-                    raise RuntimeError(f"restore of {m.topic()}[{m.partition()}]: {err}")
-                on_record(m)
-                n += 1
-            if time.monotonic() - last_log > 5:
-                log.info("restoring: %d records so far, %d partitions to go", n, len(pending))
-                last_log = time.monotonic()
-        return n
-    finally:
-        consumer.unassign()
 
 
 def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, RestoreStats]:

@@ -251,7 +251,10 @@ class Processor:
                 **{"transaction.timeout.ms": 30_000},
             )
             producers[p].init_transactions(60)
-        shards = {p: Shard(p, self.tenants, partitions=self.settings.partitions) for p in producers}
+        shards = {
+            p: Shard(p, self.tenants, partitions=self.settings.partitions, lease_s=self.settings.lease_s)
+            for p in producers
+        }
         stats = restore_shards(self.settings, shards)
         elapsed = time.monotonic() - started
         self.metrics.restore_wall_seconds.inc(elapsed)
