@@ -20,7 +20,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tenants_cmd",
     "preview_cmd",
     "processor_cmd",
-    "worker_cmd",
     "schedule_cmd",
     "dlq_cmd",
     "bench_cmd",
