@@ -7,7 +7,7 @@ KSCHED := $(BIN)/ksched
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
+.PHONY: help install postgres-server test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,13 +21,28 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with ksched (editable) and the dev tools
 
-test: install ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
+# The idempotency tests start a private PostgreSQL cluster from the server binaries (tests/pg_fixture.py).
+PG_CTL_GLOB ?= /usr/lib/postgresql/*/bin/pg_ctl
+PG_APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql
+
+postgres-server: ## install Debian's PostgreSQL server when pg_ctl is missing (the tests run a private cluster)
+	@if [ -n "$$KSCHED_TEST_POSTGRES_DSN$$KSCHED_TEST_PG_BINDIR" ] || ls $(PG_CTL_GLOB) >/dev/null 2>&1 \
+	    || command -v pg_ctl >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: PostgreSQL server (pg_ctl) not found: run 'sudo apt-get install postgresql' or set KSCHED_TEST_PG_BINDIR"; \
+	  exit 1; \
+	fi; \
+	echo "make: PostgreSQL server (pg_ctl) not found: installing Debian's postgresql package"; \
+	$(PG_APT_INSTALL) || { apt-get update -q && $(PG_APT_INSTALL); }; \
+	ls $(PG_CTL_GLOB) >/dev/null 2>&1 || { echo "make: postgresql installed but no $(PG_CTL_GLOB)"; exit 1; }
+
+test: install postgres-server ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: install ## run the slow suites (CI runs them too)
+test-slow: install postgres-server ## run the slow suites (CI runs them too)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no slow tests collected
 
-test-all: install ## every test, fast and slow
+test-all: install postgres-server ## every test, fast and slow
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 run: install ## start local Kafka, apply topics, register the demo tenant, show status

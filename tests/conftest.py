@@ -18,6 +18,9 @@ import pytest
 
 from scheduler.settings import Settings, load_settings
 
+# The private PostgreSQL server of the idempotency tests: fixtures postgres_server, pg_dsn.
+pytest_plugins = ["pg_fixture"]
+
 TEST_KAFKA_PORT = int(os.environ.get("KSCHED_TEST_KAFKA_PORT", "19092"))
 
 
