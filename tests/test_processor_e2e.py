@@ -100,7 +100,7 @@ def test_create_dispatches_at_its_time_and_bad_commands_are_answered(cluster: Se
         proc.wait(30)
 
 
-@pytest.mark.parametrize("point", ["after_produce", "before_commit", "after_commit"])
+@pytest.mark.parametrize("point", ["before_produce", "after_produce", "before_commit", "after_commit"])
 def test_crash_at_each_handoff_loses_nothing_and_duplicates_nothing(cluster: Settings, point: str) -> None:
     tenant = "other"
     before = len(read_dispatch(cluster, tenant, 10**9, 0.5))

@@ -84,6 +84,11 @@ class OwnedShard:
     offsets: dict[int, int] = field(default_factory=dict)
 
 
+# Producer errors that mean another owner has the shard's transactional id. A fenced producer's
+# produce() raises _FATAL (its fatal() flag is not always set on that error object).
+_FENCED_CODES = (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+
+
 class Processor:
     """Run with :meth:`run` until :meth:`stop` (or SIGTERM/SIGINT)."""
 
@@ -117,6 +122,7 @@ class Processor:
         self.consumer: Consumer | None = None
         self._heap_changed = False
         self._last_freeze = 0.0
+        self._rejoin = False
         self._committer = ThreadPoolExecutor(max_workers=settings.partitions, thread_name_prefix="commit")
 
     # -- lifecycle --------------------------------------------------------------
@@ -142,19 +148,28 @@ class Processor:
             },
         )
         self.consumer = Consumer(cfg)
-        self.consumer.subscribe(
-            [self.t_commands], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+        self._subscribe()
         log.info("processor %s joined group %s", self.instance_id, self.group_id)
         try:
             while not self._stop.is_set():
                 self._loop_once()
+                if self._rejoin:
+                    self._rejoin = False
+                    log.warning("leaving and rejoining group %s after a fenced shard", self.group_id)
+                    self.consumer.unsubscribe()  # revokes (and drops) every shard first
+                    self._subscribe()
         finally:
             for p in list(self.owned):
                 self._drop(p)
             self.consumer.close()
             self._committer.shutdown(wait=True)
             log.info("processor %s stopped", self.instance_id)
+
+    def _subscribe(self) -> None:
+        assert self.consumer is not None
+        self.consumer.subscribe(
+            [self.t_commands], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
 
     def _loop_once(self) -> None:
         assert self.consumer is not None
@@ -372,9 +387,15 @@ class Processor:
     def _tick_failed(self, owned: OwnedShard, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
         p = owned.partition.partition
-        if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+        if err.fatal() or err.code() in _FENCED_CODES:
+            # Never re-initialise here: a new init_transactions would fence the shard's rightful
+            # owner. Drop the shard; if the group still assigns it to us, leave and rejoin the
+            # group so that whoever it is given to restores it (and fences the other).
             log.error("shard %d: producer fenced (%s): another processor owns it; dropping", p, err)
             self.owned.pop(p, None)
+            assert self.consumer is not None
+            if any(tp.partition == p for tp in self.consumer.assignment()):
+                self._rejoin = True
             return
         log.warning("shard %d: tick aborted: %s; restoring", p, err)
         with contextlib.suppress(KafkaException):
