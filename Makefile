@@ -45,10 +45,9 @@ test-slow: install postgres-server ## run the slow suites (CI runs them too)
 test-all: install postgres-server ## every test, fast and slow
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-run: install ## start local Kafka, apply topics, register the demo tenant, show status
+run: install ## the demo: local Kafka, topics, two tenants, processor, workers, sample schedules, live view
 	$(KSCHED) kafka start
-	$(KSCHED) tenants add demo
-	$(KSCHED) kafka status
+	$(KSCHED) demo
 
 lint: install ## ruff and mypy
 	$(BIN)/ruff check scheduler tests

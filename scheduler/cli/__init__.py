@@ -20,8 +20,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tenants_cmd",
     "preview_cmd",
     "processor_cmd",
+    "worker_cmd",
     "schedule_cmd",
     "dlq_cmd",
+    "demo_cmd",
     "bench_cmd",
 )
 

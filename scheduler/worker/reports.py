@@ -1,0 +1,136 @@
+"""Attempt reports to ``ksched.commands`` and the heartbeat thread (DESIGN.md §5).
+
+Reports are keyed by ``schedule_id`` and produced with the shared idempotent
+producer (``murmur2_random``), so they land on the same partition as the
+schedule's commands and its processor shard. One producer serves every thread
+of the worker (confluent-kafka producers are thread-safe); delivery callbacks
+run on the thread that polls it, which is the worker's consumer thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from scheduler.records import AttemptReport, Occurrence, encode
+from scheduler.worker.handlers import Outcome
+
+log = logging.getLogger("ksched.worker.reports")
+
+Delivery = Callable[[KafkaError | None, Message], None]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Reporter:
+    """Builds and produces the :class:`AttemptReport` records of one worker."""
+
+    def __init__(self, producer: Producer, topic: str, worker_id: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.worker_id = worker_id
+
+    def build(self, occ: Occurrence, token: str, kind: str, outcome: Outcome | None = None) -> bytes:
+        o = outcome or Outcome(kind=kind)
+        return encode(
+            AttemptReport(
+                occurrence_id=occ.occurrence_id,
+                schedule_id=occ.schedule_id,
+                tenant=occ.tenant,
+                version=occ.version,
+                scheduled_for_ms=occ.scheduled_for_ms,
+                attempt=occ.attempt,
+                token=token,
+                kind=kind,  # type: ignore[arg-type]  # one of AttemptReportKind, checked by encode
+                retryable=o.retryable,
+                error_class=o.error_class,
+                error_message=o.error_message,
+                worker_id=self.worker_id,
+                reported_at_ms=now_ms(),
+            )
+        )
+
+    def send(self, schedule_id: str, value: bytes, on_delivery: Delivery | None = None) -> None:
+        """Produce one report; waits (bounded) while the local queue is full."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if on_delivery is None:
+                    self.producer.produce(self.topic, value, schedule_id.encode())
+                else:
+                    self.producer.produce(self.topic, value, schedule_id.encode(), on_delivery=on_delivery)
+                return
+            except BufferError:
+                # The consumer thread polls the producer and drains the queue; never poll here,
+                # or delivery callbacks would run on a handler thread.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+@dataclass(kw_only=True)
+class _Beat:
+    occ: Occurrence
+    token: str
+    due: float
+
+
+class Heartbeats:
+    """Sends ``HEARTBEAT`` every ``interval_s`` for each running attempt, from one thread."""
+
+    def __init__(self, reporter: Reporter, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"heartbeat_s = {interval_s}: must be positive (seconds between heartbeats)")
+        self._reporter = reporter
+        self._interval = interval_s
+        self._running: dict[str, _Beat] = {}  # by token
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+        self.sent = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, occ: Occurrence, token: str) -> None:
+        with self._lock:
+            self._running[token] = _Beat(occ=occ, token=token, due=time.monotonic() + self._interval)
+
+    def remove(self, token: str) -> None:
+        with self._lock:
+            self._running.pop(token, None)
+
+    def _beat(self, beat: _Beat) -> None:
+        try:
+            self._reporter.send(beat.occ.schedule_id, self._reporter.build(beat.occ, beat.token, "HEARTBEAT"))
+            self.sent += 1
+        except Exception as exc:  # a lost heartbeat is not fatal: the next one follows
+            log.warning("heartbeat of %s failed: %s", beat.occ.occurrence_id, exc)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stopped:
+            now = time.monotonic()
+            # Produced under the lock: once remove() returned, no heartbeat of that attempt can
+            # follow its final report on the partition. produce() only queues, so this is short.
+            with self._lock:
+                for beat in self._running.values():
+                    if beat.due <= now:
+                        beat.due = now + self._interval
+                        self._beat(beat)
+                soonest = min((b.due for b in self._running.values()), default=now + self._interval)
+            # An attempt added while sleeping is due one interval after it started, never
+            # before ``soonest`` was computed, so sleeping until ``soonest`` misses nothing.
+            self._wake.wait(max(0.0, soonest - time.monotonic()))

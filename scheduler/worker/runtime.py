@@ -1,0 +1,221 @@
+"""The worker process: one tenant's dispatch topic in a consumer group, handlers on a pool.
+
+All Kafka consumer calls, rebalance callbacks, producer polls (hence report
+delivery callbacks) and offset bookkeeping happen on the thread that calls
+:meth:`Worker.run`; handlers, the heartbeat sender and the versions view run
+on their own threads. The commit order is written once, in
+:meth:`scheduler.worker.intake.Intake.commit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from scheduler.kafka.clients import consumer_config, producer
+from scheduler.settings import Settings
+from scheduler.tenants import Tenant, load_tenants
+from scheduler.topology import topic_name
+from scheduler.worker.errors import WorkerConfigError
+from scheduler.worker.execute import Executor, Job
+from scheduler.worker.handlers import Handler, Handlers
+from scheduler.worker.intake import Intake
+from scheduler.worker.metrics import WorkerMetrics
+from scheduler.worker.reports import Heartbeats, Reporter
+from scheduler.worker.view import VersionsView, partitions_of
+
+log = logging.getLogger("ksched.worker")
+
+
+class Worker:
+    """Runs ``handlers`` for ``tenant``'s occurrences until :meth:`stop` (or SIGTERM/SIGINT).
+
+    ``concurrency`` (default: the tenant's ``max_running``) bounds the handlers
+    running at once in this process. ``grace_s`` is how long a stop or a
+    partition revocation waits for running handlers before leaving their
+    offsets uncommitted (redelivered elsewhere). ``heartbeat_s`` must stay well
+    below the processor's lease (setting ``lease_s``). Raises
+    :class:`WorkerConfigError` for an unknown tenant or a bad limit; :meth:`run`
+    raises it for missing topics.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        tenant: str,
+        handlers: Handlers | Mapping[str, Handler],
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        grace_s: float = 30.0,
+        heartbeat_s: float = 5.0,
+        metrics: WorkerMetrics | None = None,
+        tenants: Mapping[str, Tenant] | None = None,
+    ) -> None:
+        registry = tenants if tenants is not None else load_tenants(settings.tenants_file)
+        if tenant not in registry:
+            raise WorkerConfigError(
+                f"tenant {tenant!r} is not registered in {settings.tenants_file}; "
+                f"add it with `ksched tenants add {tenant}`"
+            )
+        self.concurrency = concurrency if concurrency is not None else registry[tenant].max_running
+        if self.concurrency < 1:
+            raise WorkerConfigError(f"concurrency = {self.concurrency}: must be at least 1")
+        if grace_s < 0 or heartbeat_s <= 0:
+            raise WorkerConfigError(
+                f"grace_s = {grace_s}, heartbeat_s = {heartbeat_s}: grace must be >= 0, heartbeat > 0 seconds"
+            )
+        if heartbeat_s >= settings.lease_s:
+            # the processor would expire the lease between two heartbeats and retry a running attempt
+            raise WorkerConfigError(
+                f"heartbeat_s = {heartbeat_s}: must be well below the setting lease_s = {settings.lease_s} "
+                f"(e.g. {settings.lease_s / 6:g}), or raise KSCHED_LEASE_S"
+            )
+        self.settings, self.tenant = settings, tenant
+        self.handlers = Handlers.of(handlers)
+        self.worker_id = worker_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.grace_s, self.heartbeat_s = grace_s, heartbeat_s
+        self.metrics = metrics or WorkerMetrics(tenant)
+        self.group_id = f"{settings.namespace}.worker.{tenant}"
+        self.topic = topic_name(settings, "dispatch", tenant)
+        self.view = VersionsView(settings, tenant, on_malformed=self._malformed_version)
+        self._stop = threading.Event()
+        self._abandon = threading.Event()  # a second signal: do not wait out the grace
+        self._ready = threading.Event()
+        self._intake: Intake | None = None
+        self._beats: Heartbeats | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+    def stop(self, *, abandon: bool = False) -> None:
+        """Ask :meth:`run` to shut down (thread- and signal-safe). ``abandon``: do not wait
+        for running handlers (a second SIGTERM/SIGINT does this)."""
+        if abandon:
+            self._abandon.set()
+        self._stop.set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """True once the versions view caught up and the worker subscribed to its group
+        (its partitions arrive with the group's next rebalance)."""
+        return self._ready.wait(timeout)
+
+    @property
+    def assigned(self) -> set[int]:
+        """The dispatch partitions this worker owns now."""
+        return set(self._intake.progress) if self._intake is not None else set()
+
+    def run(self) -> None:
+        """Block until :meth:`stop`; on the main thread SIGTERM/SIGINT also stop it.
+
+        Start-up: the versions view is read to its end before anything runs.
+        Shutdown: stop consuming, wait up to ``grace_s`` for running handlers,
+        deliver their reports, commit what finished, leave the group."""
+        previous = self._install_signals()
+        try:
+            self.view.start()
+            while not self.view.wait_caught_up(0.2):
+                self._check_view()
+                if self._stop.is_set():
+                    return
+            log.info("worker %s: versions view of %s caught up (%d schedules)",
+                     self.worker_id, self.tenant, len(self.view))
+            intake = self._start_clients()
+            self._ready.set()
+            try:
+                while not self._stop.is_set():
+                    self._check_view()
+                    intake.step()
+            finally:
+                self._shutdown(intake)
+        finally:
+            self.view.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _install_signals(self) -> dict[signal.Signals, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[signal.Signals, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: self.stop(abandon=self._stop.is_set()))
+        return previous
+
+    def _check_view(self) -> None:
+        if self.view.error is not None:
+            raise RuntimeError(
+                f"versions view of tenant {self.tenant} failed: {self.view.error}; the worker stops "
+                "rather than run occurrences unchecked (restart it)"
+            )
+
+    def _start_clients(self) -> Intake:
+        client_id = f"ksched-worker-{self.worker_id}"
+        prod = producer(self.settings.bootstrap_servers, **{"client.id": client_id})
+        reporter = Reporter(prod, topic_name(self.settings, "commands"), self.worker_id)
+        self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
+        executor = Executor(
+            handlers=self.handlers, view=self.view, reporter=reporter, heartbeats=beats,
+            metrics=self.metrics, concurrency=self.concurrency, on_done=self._done,
+        )
+        cfg = consumer_config(
+            self.settings.bootstrap_servers,
+            self.group_id,
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 1_000,
+                # a revocation may wait grace_s for handlers inside the callback
+                "max.poll.interval.ms": int(max(300.0, self.grace_s + 60) * 1000),
+                "fetch.wait.max.ms": 50,
+                "client.id": client_id,
+            },
+        )
+        cons = Consumer(cfg)
+        try:
+            partitions_of(cons, self.topic, self.tenant)
+            partitions_of(cons, reporter.topic, self.tenant)  # where the reports go
+        except WorkerConfigError:
+            cons.close()
+            raise
+        self._intake = intake = Intake(
+            consumer=cons, producer=prod, executor=executor, metrics=self.metrics, topic=self.topic,
+            tenant=self.tenant, worker_id=self.worker_id, revoke_wait_s=self.grace_s,
+        )
+        self.view.set_on_change(executor.on_version)
+        beats.start()
+        executor.start()
+        intake.subscribe()
+        log.info("worker %s joined %s on %s (concurrency %d)", self.worker_id, self.group_id, self.topic,
+                 self.concurrency)
+        return intake
+
+    def _done(self, job: Job) -> None:
+        if self._intake is not None:
+            self._intake.done(job)
+
+    def _malformed_version(self) -> None:
+        self.metrics.malformed.labels(tenant=self.tenant, topic="versions").inc()
+
+    def _shutdown(self, intake: Intake) -> None:
+        """Stop consuming, wait up to ``grace_s`` for running handlers, deliver their reports,
+        commit what finished, leave the group. Still running after that: abandoned, their
+        offsets uncommitted, so their occurrences are redelivered to another worker."""
+        ex = intake.executor
+        intake.stop_taking()
+        log.info("worker %s stopping: waiting up to %.0fs for %d running handlers",
+                 self.worker_id, self.grace_s, ex.in_flight)
+        intake.drain(lambda: ex.in_flight > 0 and not self._abandon.is_set(), self.grace_s, serve_group=True)
+        abandoned = ex.in_flight
+        ex.close()
+        if self._beats is not None:
+            self._beats.stop()
+        intake.close()
+        if abandoned:
+            log.warning("worker %s: %d handlers still running after the grace: their offsets stay "
+                        "uncommitted and will be redelivered", self.worker_id, abandoned)
+        log.info("worker %s stopped", self.worker_id)

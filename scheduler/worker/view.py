@@ -1,0 +1,219 @@
+"""A local, continuously updated view of one tenant's ``ksched.versions.<tenant>``.
+
+The compacted topic holds the current version and state of every schedule of
+the tenant (DESIGN.md §3). A background thread reads it with ``assign()`` on
+every partition from the beginning (``read_committed``, no consumer group, no
+commits) and keeps ``schedule_id -> (version, state)``; a tombstone deletes.
+:meth:`VersionsView.wait_caught_up` returns once every partition has been read
+to its end as it was at start-up, so a worker runs nothing on a view older
+than the moment it started.
+
+The pre-effect recheck (:meth:`VersionsView.verdict`):
+
+- occurrence version < the view's version       -> not run: "superseded by version N"
+- same version and state CANCELED / PAUSED      -> not run: "schedule canceled" / "schedule paused"
+- a schedule absent from the view, or a view version *lower* than the
+  occurrence's                                  -> run.
+
+Absent or older is run on purpose: the version record and the dispatch record
+travel on different topics, and the processor writes the version record of a
+new schedule in the tick that applies its CREATE, so a worker may see the
+occurrence first. Refusing it would turn every lagging view into a lost run; a
+missed cancel, by contrast, is the same race any scheduler has between cancel
+and start, and the cancellation flag still reaches the running handler. It
+follows that the processor must not tombstone a schedule's version record
+while occurrences of it can still be on the dispatch topic. COMPLETED runs:
+a one-time schedule completes in the tick that emits its only occurrence.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from scheduler.kafka.clients import consumer
+from scheduler.records import RecordDecodeError, VersionRecord, decode_fields
+from scheduler.settings import Settings
+from scheduler.topology import topic_name
+from scheduler.worker.errors import TopicMissingError
+
+log = logging.getLogger("ksched.worker.view")
+
+BLOCKING_STATES = {"CANCELED": "schedule canceled", "PAUSED": "schedule paused"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VersionState:
+    version: int
+    state: str
+
+
+@functools.lru_cache(maxsize=4096)
+def version_state(version: int, state: str) -> VersionState:
+    """Shared instances: millions of schedules hold a handful of distinct (version, state)."""
+    return VersionState(version=version, state=state)
+
+
+def verdict(current: VersionState | None, version: int) -> str | None:
+    """Why an occurrence of ``version`` must not run given ``current``, or None to run it."""
+    if current is None:
+        return None  # not (yet) in the view: run (module docstring)
+    if current.version > version:
+        return f"superseded by version {current.version}"
+    if current.version == version:
+        return BLOCKING_STATES.get(current.state)
+    return None  # the view has not seen this version yet: run (module docstring)
+
+
+def partitions_of(c: Consumer, topic: str, tenant: str) -> list[int]:
+    """The partition ids of ``topic``, or :class:`TopicMissingError` naming the fix."""
+    md = c.list_topics(topic, timeout=10).topics.get(topic)
+    if md is None or md.error is not None or not md.partitions:
+        raise TopicMissingError(
+            f"topic {topic} does not exist: register the tenant with `ksched tenants add {tenant}` "
+            "(or run `ksched topics apply`)"
+        )
+    return sorted(md.partitions)
+
+
+class VersionsView:
+    """Run with :meth:`start`; :meth:`verdict` is safe from any thread.
+
+    ``on_change(schedule_id, state)`` is called on the view's thread for every
+    record applied after start (``state`` None for a tombstone); the worker
+    uses it to set the cancellation flag of running handlers.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        tenant: str,
+        *,
+        on_change: Callable[[str, VersionState | None], None] | None = None,
+        on_malformed: Callable[[], None] | None = None,
+    ) -> None:
+        self.topic = topic_name(settings, "versions", tenant)
+        self.tenant = tenant
+        self._settings = settings
+        self._on_change = on_change
+        self._on_malformed = on_malformed
+        self._states: dict[str, VersionState] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._pending: set[int] = set()  # partitions not yet read to their end once
+        self.error: BaseException | None = None  # set when the reader thread died
+
+    def start(self) -> None:
+        """Assign every partition from the beginning and start the reader thread.
+
+        Raises :class:`TopicMissingError` when the topic does not exist."""
+        c = consumer(
+            self._settings.bootstrap_servers,
+            None,
+            **{
+                "enable.partition.eof": True,  # how catching up to the end is detected
+                "fetch.wait.max.ms": 50,
+                "client.id": f"ksched-view-{self.tenant}",
+            },
+        )
+        try:
+            parts = partitions_of(c, self.topic, self.tenant)
+        except BaseException:
+            c.close()
+            raise
+        self._pending = set(parts)
+        c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+        self._consumer = c
+        self._thread = threading.Thread(target=self._run, name=f"versions-{self.tenant}", daemon=True)
+        self._thread.start()
+
+    def set_on_change(self, on_change: Callable[[str, VersionState | None], None] | None) -> None:
+        self._on_change = on_change
+
+    def wait_caught_up(self, timeout: float | None = None) -> bool:
+        """True once every partition was read to its end (as of start-up)."""
+        return self._caught_up.wait(timeout)
+
+    @property
+    def caught_up(self) -> bool:
+        return self._caught_up.is_set()
+
+    def get(self, schedule_id: str) -> VersionState | None:
+        with self._lock:
+            return self._states.get(schedule_id)
+
+    def verdict(self, schedule_id: str, version: int) -> str | None:
+        """None to run an occurrence of ``schedule_id`` at ``version``, else why not."""
+        return verdict(self.get(schedule_id), version)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._states)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        c = self._consumer
+        assert c is not None
+        try:
+            while not self._stop.is_set():
+                for m in c.consume(1000, 0.1):
+                    self._apply(m)
+        except Exception as exc:  # a fatal client error: the worker must not go on blind
+            log.error("versions view of %s stopped: %s", self.tenant, exc)
+            self.error = exc
+        finally:
+            c.close()
+
+    def _apply(self, m: Message) -> None:
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self._pending.discard(m.partition() or 0)
+                if not self._pending:
+                    self._caught_up.set()
+            else:
+                log.warning("versions view of %s: %s", self.tenant, err)
+            return
+        key, value = m.key(), m.value()
+        if value is None:  # tombstone: the schedule is gone from the view
+            if key is None:
+                return
+            sid = key.decode(errors="replace")
+            with self._lock:
+                self._states.pop(sid, None)
+            self._notify(sid, None)
+            return
+        try:
+            # the field dict, not the dataclass: start-up reads every schedule of the tenant
+            rec = decode_fields(value, VersionRecord)
+        except RecordDecodeError as exc:
+            self._malformed(m, str(exc))
+            return
+        if rec["tenant"] != self.tenant:
+            self._malformed(m, f"record of tenant {rec['tenant']!r}")
+            return
+        sid, state = rec["schedule_id"], version_state(rec["version"], rec["state"])
+        with self._lock:
+            self._states[sid] = state
+        self._notify(sid, state)
+
+    def _notify(self, sid: str, state: VersionState | None) -> None:
+        if self._on_change is not None and self._caught_up.is_set():
+            self._on_change(sid, state)
+
+    def _malformed(self, m: Message, why: str) -> None:
+        log.warning("versions view: skipped %s[%s]@%s: %s", m.topic(), m.partition(), m.offset(), why)
+        if self._on_malformed is not None:
+            self._on_malformed()
