@@ -189,3 +189,25 @@ def test_pending_catch_up_is_persisted_and_restored_exactly() -> None:
         rest += [d.scheduled_for for d in r.due(now, 1000, float(now)).dispatch if d.lane == Lane.CATCH_UP]
     assert rest == [T0 + 420, T0 + 480, T0 + 540]
     assert r.runtime_changes()[-1] == ("x", None)  # drained: a tombstone
+
+
+def test_a_completed_one_time_schedule_can_still_be_canceled_or_rescheduled() -> None:
+    s = shard()
+    once = ScheduleSpec(kind="once", at="2027-01-15T10:00:00", timezone="UTC", handler="h")
+    for sid in ("c", "u"):
+        create(s, sid, once, T0)
+    at = s.entries["c"].next_for
+    assert at is not None
+    out = s.due(at, 100, float(at))
+    assert {d.schedule_id for d in out.dispatch} == {"c", "u"} and s.entries["c"].state == "COMPLETED"
+    assert s.active_count["a"] == 0
+    c = s.apply(kind="CANCEL", request_id="x", tenant="a", schedule_id="c", idempotency_key=None,
+                expected_version=None, spec=None, issued_at=at, now=at)
+    assert c.accepted and s.entries["c"].state == "CANCELED" and s.active_count["a"] == 0
+    later = ScheduleSpec(kind="once", at="2027-01-16T10:00:00", timezone="UTC", handler="h")
+    u = s.apply(kind="UPDATE", request_id="y", tenant="a", schedule_id="u", idempotency_key=None,
+                expected_version=1, spec=later, issued_at=at, now=at)
+    assert u.accepted and u.version == 2 and s.entries["u"].state == "ACTIVE" and s.active_count["a"] == 1
+    again = s.apply(kind="CANCEL", request_id="z", tenant="a", schedule_id="c", idempotency_key=None,
+                    expected_version=None, spec=None, issued_at=at, now=at)
+    assert again.code == "TERMINAL"

@@ -23,7 +23,6 @@ from scheduler.processor.model import (
     CANCELED,
     COMPLETED,
     PAUSED,
-    TERMINAL,
     Entry,
     Event,
     Lane,
@@ -415,7 +414,7 @@ class Shard:
                 f"expected version {expected_version} but schedule {schedule_id} "
                 f"is at version {e.version}: re-read it and retry",
             )
-        if e.state in TERMINAL:
+        if e.state == CANCELED:
             return rej(
                 kind,
                 request_id,
@@ -424,6 +423,10 @@ class Shard:
                 "TERMINAL",
                 f"schedule {schedule_id} is {e.state}; it cannot be changed",
             )
+        # A COMPLETED schedule has no fire time left, but its last occurrence may still
+        # wait for a worker: cancel still invalidates it (workers recheck the state), and
+        # update gives it a new version that fires again (rescheduling a one-time job).
+        was_counted = e.state in (ACTIVE, PAUSED)
         events: list[Event] = []
         if kind == "UPDATE":
             assert spec is not None and parts is not None
@@ -433,7 +436,7 @@ class Shard:
                 schedule_id=schedule_id,
                 tenant=tenant,
                 version=e.version + 1,
-                state=e.state,
+                state=e.state if was_counted else ACTIVE,
                 parts=parts,
                 payload=spec.payload,
                 effective_from=effective,
@@ -443,6 +446,8 @@ class Shard:
                 resumed_at_ms=e.resumed_at_ms,
             )
             self.entries[schedule_id] = new
+            if not was_counted:
+                self.active_count[tenant] = self.active_count.get(tenant, 0) + 1
             if new.state == ACTIVE and not self.arm_from(new, effective):
                 new.state = COMPLETED
                 self.active_count[tenant] -= 1
@@ -480,7 +485,8 @@ class Shard:
             events = self._drop_pending(e, "canceled")
             self._disarm(e)
             e.state = CANCELED
-            self.active_count[tenant] -= 1
+            if was_counted:
+                self.active_count[tenant] -= 1
             return CommandOutcome(
                 request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e, events=events
             )
