@@ -286,3 +286,43 @@ def _effects(backend: str, store: str, oid: str) -> int:
             row = conn.execute("SELECT count(*) FROM effects WHERE occurrence_id = ?", (oid,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@pytest.mark.slow
+def test_skip_if_running_with_a_90s_job_every_minute(stack: Settings) -> None:
+    running, peak, started = [0], [0], []
+    lock = threading.Lock()
+
+    def slow(ctx: Context) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            started.append(ctx.scheduled_for_ms // 1000)
+        try:
+            ctx.wait_cancelled(90)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    events = Events(stack)
+    w = worker(stack, {"h": slow}, concurrency=4)
+    try:
+        with SchedulerClient(stack, timeout_s=60) as client:
+            spec = ScheduleSpec(kind="cron", cron="* * * * *", timezone="UTC", handler="h",
+                                overlap="SKIP_IF_RUNNING")
+            sid = client.create(TENANT, spec, key="skip-if-running").schedule_id
+
+        def two_each(ev: list[OccurrenceEvent]) -> bool:
+            mine = [e for e in ev if e.schedule_id == sid]
+            return sum(e.state == "SKIPPED_OVERLAP" for e in mine) >= 2 and len(started) >= 2
+
+        events.wait(two_each, 300)
+        skipped = sorted(e.scheduled_for_ms // 1000 for e in events.seen
+                         if e.schedule_id == sid and e.state == "SKIPPED_OVERLAP")
+        ran = sorted(started)
+        assert peak[0] == 1, "two occurrences ran at once"
+        assert ran[1] - ran[0] == 120  # every other minute runs ...
+        assert skipped[:2] == [ran[0] + 60, ran[1] + 60]  # ... and the ones between are skipped
+    finally:
+        w.stop()
+        events.close()

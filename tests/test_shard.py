@@ -211,3 +211,15 @@ def test_a_completed_one_time_schedule_can_still_be_canceled_or_rescheduled() ->
     again = s.apply(kind="CANCEL", request_id="z", tenant="a", schedule_id="c", idempotency_key=None,
                     expected_version=None, spec=None, issued_at=at, now=at)
     assert again.code == "TERMINAL"
+
+
+def test_due_backlog_counts_what_a_budget_left_behind() -> None:
+    s = shard()
+    for i in range(50):
+        create(s, f"s{i:02}", spec("0 * * * *"), T0 - 10)
+    assert s.due_backlog(T0 - 1) == 0
+    assert s.due_backlog(T0) == 50
+    s.due(T0, 20, float(T0))
+    assert s.due_backlog(T0) == 30
+    s.due(T0, 100, float(T0))
+    assert s.due_backlog(T0) == 0

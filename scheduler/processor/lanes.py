@@ -76,6 +76,19 @@ class LaneQueue:
             heapq.heappop(self._heap)
         return self._heap[0] if self._heap else None
 
+    def due_count(self, now: int) -> int:
+        """Entries due at ``now`` and not yet handed out (stale copies included: an upper bound).
+
+        O(1) when nothing is due, O(buckets) under a backlog.
+        """
+        nd = self.next_due()
+        if nd is None or nd > now:
+            return 0
+        total = sum(len(b) for k, b in self._buckets.items() if k <= now)
+        if self._open_key is not None and self._open_key <= now:
+            total -= self._open_pos
+        return max(0, total)
+
     def prepare(self, until: int) -> Iterator[Armable]:
         """Sort every bucket due at or before ``until`` ahead of time; yield its live entries.
 

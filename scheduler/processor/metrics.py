@@ -103,4 +103,5 @@ class ProcessorMetrics:
         for tenant, n in out.throttled.items():
             self.throttled.labels(tenant=tenant).inc(n)
         self.watermark_lag_seconds.labels(shard=p).set(max(0.0, clock - shard.watermark()))
+        self.due_backlog.labels(shard=p).set(shard.due_backlog(int(clock)))
         self.schedules.labels(shard=p).set(len(shard.entries))

@@ -241,6 +241,11 @@ class Shard:
             return None
         return view
 
+    def due_backlog(self, now: int) -> int:
+        """Occurrences due at ``now`` but not yet emitted (throttled or beyond the tick budget)."""
+        n = sum(len(cq) for cq in self.catch_up.values()) + len(self.released)
+        return n + sum(q.due_count(now) for q in self.queues.values())
+
     def available(self, e: Entry, f: int) -> int:
         """``available_at`` of ``e``'s occurrence at ``f``."""
         return self._available(e, f)
