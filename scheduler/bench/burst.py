@@ -11,20 +11,16 @@ size to the same broker: the practical limit on this machine.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import secrets
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import TopicPartition
+
+from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
 
 
 def register(sub: Any) -> None:
@@ -45,47 +41,6 @@ def _pct(sorted_vals: list[float], q: float) -> float:
     if not sorted_vals:
         return float("nan")
     return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
-
-
-def _restore_seconds(port: int, shards: int) -> float | None:
-    """Wall time a processor spent restoring, from its /metrics; None until all ``shards``
-    have reported ready."""
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    except OSError:
-        return None
-    lines = text.splitlines()
-    ready = sum(1 for line in lines if line.startswith("ksched_restore_seconds{"))
-    wall = [
-        float(line.rsplit(" ", 1)[1])
-        for line in lines
-        if line.startswith("ksched_restore_wall_seconds_total")
-    ]
-    return wall[0] if ready >= shards and wall else None
-
-
-def wait_restored(port: int, shards: int, timeout_s: float) -> float | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        restore_s = _restore_seconds(port, shards)
-        if restore_s is not None:
-            return restore_s
-        time.sleep(0.5)
-    return None
-
-
-def _start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "scheduler",
-        "processor",
-        "--log-level",
-        "WARNING",
-        "--metrics-port",
-        str(metrics_port),
-    ]
-    return subprocess.Popen(cmd, env=env)
 
 
 def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
@@ -121,32 +76,17 @@ def _plain_rate(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) 
     return len(records) / (time.perf_counter() - t0)
 
 
-def _rss(pid: int) -> int:
-    import psutil
-
-    return int(psutil.Process(pid).memory_info().rss)
-
-
 def _run(args: argparse.Namespace) -> int:
     from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.admin import admin_client, apply_topics
     from scheduler.kafka.clients import consumer, producer
     from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
-    from scheduler.settings import load_settings
-    from scheduler.tenants import Tenant, add_tenant, load_tenants
-    from scheduler.topology import desired_topics, topic_name
+    from scheduler.tenants import Tenant
+    from scheduler.topology import topic_name
 
     n, ntenants = args.schedules, max(1, args.tenants)
-    ns = f"bench-{secrets.token_hex(3)}"
-    tmp = Path(tempfile.mkdtemp(prefix="ksched-bench-"))
-    tenants_file = tmp / "tenants.toml"
-    env = {**os.environ, "KSCHED_NAMESPACE": ns, "KSCHED_TENANTS_FILE": str(tenants_file)}
-    settings = load_settings(env=env)
     names = [f"t{i}" for i in range(ntenants)]
-    for t in names:
-        add_tenant(tenants_file, Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n))
-    admin = admin_client(settings.bootstrap_servers)
-    apply_topics(admin, desired_topics(settings, load_tenants(tenants_file)))
+    space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
+    ns, env, settings, admin = space.name, space.env, space.settings, space.admin
     bs = settings.bootstrap_servers
 
     # 1. The baseline: a plain producer, same settings, writing N records shaped like the dispatch
@@ -169,10 +109,10 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     # 2. A processor.
-    proc = _start_processor(env, args.metrics_port)
+    proc = start_processor(env, args.metrics_port)
     try:
         time.sleep(3)
-        rss_before = _rss(proc.pid)
+        rss_before = rss(proc.pid)
         # 3. Load N creates, all due at one top of a minute far enough ahead.
         est_load_s = n / args.load_rate + 20
         due = (int(time.time() + est_load_s) // 60 + 1) * 60
@@ -224,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         commands_per_s = seen_results / load_s
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
         time.sleep(1)
-        rss_after = _rss(proc.pid)
+        rss_after = rss(proc.pid)
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 
@@ -251,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
                 raw.append((m.value() or b"", time.time(), m.timestamp()[1]))
                 seen += 1
             if time.monotonic() - last_rss_check > 0.5:
-                peak_rss = max(peak_rss, _rss(proc.pid))
+                peak_rss = max(peak_rss, rss(proc.pid))
                 last_rss_check = time.monotonic()
         end = time.monotonic() + 2.0  # a duplicate would arrive now
         while time.monotonic() < end:
@@ -281,7 +221,7 @@ def _run(args: argparse.Namespace) -> int:
         # 5. Restore: restart the processor, read its restore time.
         proc.terminate()
         proc.wait(60)
-        proc = _start_processor(env, args.metrics_port)
+        proc = start_processor(env, args.metrics_port)
         restore_s = wait_restored(args.metrics_port, settings.partitions, 600)
     finally:
         proc.terminate()
@@ -312,16 +252,9 @@ def _run(args: argparse.Namespace) -> int:
         "commands_per_s": commands_per_s,
         "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
     }
-    path = Path(args.json_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    for k, v in out.items():
-        print(f"{k:28} {v:,.3f}" if isinstance(v, float) else f"{k:28} {v}")
+    path = report(out, args.json_file)
     _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))
-    print(f"wrote {path}")
-    names_to_delete = [t for t in admin.list_topics(timeout=10).topics if t.startswith(ns + ".")]
-    if names_to_delete:
-        admin.delete_topics(names_to_delete)
+    space.close()
     return 0 if out["missing"] == 0 and out["duplicates"] == 0 else 1
 
 

@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import secrets
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 
@@ -32,26 +27,16 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    from scheduler.bench.burst import _rss, _start_processor, wait_restored
+    from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
     from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.admin import admin_client, apply_topics
     from scheduler.kafka.clients import producer
     from scheduler.records import Schedule, ScheduleSpecRecord, encode
-    from scheduler.settings import load_settings
-    from scheduler.tenants import Tenant, add_tenant, load_tenants
-    from scheduler.topology import desired_topics, topic_name
+    from scheduler.tenants import Tenant
+    from scheduler.topology import topic_name
 
     n = args.schedules
-    ns = f"bench-{secrets.token_hex(3)}"
-    tmp = Path(tempfile.mkdtemp(prefix="ksched-bench-"))
-    tenants_file = tmp / "tenants.toml"
-    env = {**os.environ, "KSCHED_NAMESPACE": ns, "KSCHED_TENANTS_FILE": str(tenants_file)}
-    settings = load_settings(env=env)
-    add_tenant(tenants_file, Tenant(name="t0", trigger_rate_per_s=0, max_schedules=10 * n))
-    admin: AdminClient = admin_client(settings.bootstrap_servers)
-    apply_topics(admin, desired_topics(settings, load_tenants(tenants_file)))
+    space = bench_namespace([Tenant(name="t0", trigger_rate_per_s=0, max_schedules=10 * n)])
+    env, settings = space.env, space.settings
     topic = topic_name(settings, "schedules")
     specs = [
         ScheduleSpecRecord.from_domain(
@@ -87,12 +72,12 @@ def _run(args: argparse.Namespace) -> int:
     prod.flush(300)
     print(f"wrote {n:,} schedule records in {time.perf_counter() - t0:.1f}s")
 
-    proc = _start_processor(env, args.metrics_port)
+    proc = start_processor(env, args.metrics_port)
     try:
         started = time.monotonic()
         restore_s = wait_restored(args.metrics_port, settings.partitions, 900)
         wall_s = time.monotonic() - started
-        rss = _rss(proc.pid)
+        resident = rss(proc.pid)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -102,14 +87,8 @@ def _run(args: argparse.Namespace) -> int:
         "restore_s": restore_s,
         "restore_schedules_per_s": n / restore_s if restore_s else None,
         "start_to_restored_s": wall_s,
-        "rss_bytes_per_schedule": rss / n,
+        "rss_bytes_per_schedule": resident / n,
     }
-    path = Path(args.json_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    for k, v in out.items():
-        print(f"{k:28} {v:,.3f}" if isinstance(v, float) else f"{k:28} {v}")
-    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(ns + ".")]
-    if doomed:
-        admin.delete_topics(doomed)
+    report(out, args.json_file)
+    space.close()
     return 0 if restore_s is not None else 1

@@ -11,17 +11,13 @@ SUCCEEDED attempt reports, the end-to-end time from ``scheduled_for``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import secrets
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 NOOP_HANDLERS = """
@@ -71,9 +67,8 @@ def _worker(env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
 
-    from scheduler.bench.burst import _start_processor
+    from scheduler.bench.common import bench_namespace, report, start_processor
     from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.admin import admin_client, apply_topics
     from scheduler.kafka.clients import consumer, producer
     from scheduler.records import (
         AttemptReport,
@@ -83,33 +78,25 @@ def _run(args: argparse.Namespace) -> int:
         encode,
         record_type,
     )
-    from scheduler.settings import load_settings
-    from scheduler.tenants import Tenant, add_tenant, load_tenants
-    from scheduler.topology import desired_topics, topic_name
+    from scheduler.tenants import Tenant
+    from scheduler.topology import topic_name
 
     n = args.occurrences
-    ns = f"bench-{secrets.token_hex(3)}"
-    tmp = Path(tempfile.mkdtemp(prefix="ksched-bench-"))
+    space = bench_namespace([Tenant(name="bw", trigger_rate_per_s=0, max_schedules=10 * n, max_running=64)])
+    tmp, settings = space.folder, space.settings
     (tmp / "bench_noop_handlers.py").write_text(NOOP_HANDLERS)
     db = tmp / "effects.db"
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE bench_effects (occurrence_id TEXT)")
-    tenants_file = tmp / "tenants.toml"
     env = {
-        **os.environ,
-        "KSCHED_NAMESPACE": ns,
-        "KSCHED_TENANTS_FILE": str(tenants_file),
+        **space.env,
         "KSCHED_BENCH_DB": str(db),
         "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
-    settings = load_settings(env=env)
-    add_tenant(tenants_file, Tenant(name="bw", trigger_rate_per_s=0, max_schedules=10 * n, max_running=64))
-    admin = admin_client(settings.bootstrap_servers)
-    apply_topics(admin, desired_topics(settings, load_tenants(tenants_file)))
     reports = consumer(settings.bootstrap_servers)
     t_commands = topic_name(settings, "commands")
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
-    proc = _start_processor(env, 9473)
+    proc = start_processor(env, 9473)
     workers = [_worker(env, args.concurrency), _worker(env, args.concurrency)]
     killed = False
     e2e: dict[str, float] = {}
@@ -178,13 +165,7 @@ def _run(args: argparse.Namespace) -> int:
         "workers": 2,
         "concurrency_per_worker": args.concurrency,
     }
-    path = Path(args.json_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    for k, v in out.items():
-        print(f"{k:24} {v:,.3f}" if isinstance(v, float) else f"{k:24} {v}")
-    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(ns + ".")]
-    if doomed:
-        admin.delete_topics(doomed)
+    report(out, args.json_file)
+    space.close()
     ok = out["duplicate_effects"] == 0 and distinct == n
     return 0 if ok else 1

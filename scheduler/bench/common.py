@@ -1,0 +1,105 @@
+"""What the Kafka benchmarks share: a throw-away namespace, a processor process, the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scheduler.settings import Settings
+from scheduler.tenants import Tenant
+
+
+@dataclass
+class BenchNamespace:
+    """A fresh topic namespace with its own tenant registry and a temp folder; :meth:`close`
+    deletes its topics."""
+
+    name: str
+    folder: Path
+    env: dict[str, str]
+    settings: Settings
+    admin: Any
+
+    def close(self) -> None:
+        doomed = [t for t in self.admin.list_topics(timeout=10).topics if t.startswith(self.name + ".")]
+        if doomed:
+            self.admin.delete_topics(doomed)
+
+
+def bench_namespace(tenants: list[Tenant], **env: str) -> BenchNamespace:
+    """Create ``bench-<random>``: register ``tenants`` and apply every topic (``env`` is added to
+    the environment handed to the processes the benchmark starts)."""
+    from scheduler.kafka.admin import admin_client, apply_topics
+    from scheduler.settings import load_settings
+    from scheduler.tenants import add_tenant, load_tenants
+    from scheduler.topology import desired_topics
+
+    name = f"bench-{secrets.token_hex(3)}"
+    folder = Path(tempfile.mkdtemp(prefix="ksched-bench-"))
+    registry = folder / "tenants.toml"
+    full_env = {**os.environ, "KSCHED_NAMESPACE": name, "KSCHED_TENANTS_FILE": str(registry), **env}
+    settings = load_settings(env=full_env)
+    for t in tenants:
+        add_tenant(registry, t)
+    admin = admin_client(settings.bootstrap_servers)
+    apply_topics(admin, desired_topics(settings, load_tenants(registry)))
+    return BenchNamespace(name, folder, full_env, settings, admin)
+
+
+def start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "scheduler", "processor", "--log-level", "WARNING"]
+    return subprocess.Popen([*cmd, "--metrics-port", str(metrics_port)], env=env)
+
+
+def rss(pid: int) -> int:
+    import psutil
+
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def _restore_seconds(port: int, shards: int) -> float | None:
+    """Wall time a processor spent restoring, from its /metrics; None until all ``shards``
+    have reported ready."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    lines = text.splitlines()
+    ready = sum(1 for line in lines if line.startswith("ksched_restore_seconds{"))
+    wall = [
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("ksched_restore_wall_seconds_total")
+    ]
+    return wall[0] if ready >= shards and wall else None
+
+
+def wait_restored(port: int, shards: int, timeout_s: float) -> float | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        restore_s = _restore_seconds(port, shards)
+        if restore_s is not None:
+            return restore_s
+        time.sleep(0.5)
+    return None
+
+
+def report(out: dict[str, Any], json_file: str) -> Path:
+    """Print the figures aligned and write them to ``json_file`` (folders created)."""
+    path = Path(json_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    width = max(len(k) for k in out) + 2
+    for k, v in out.items():
+        print(f"{k:{width}} {v:,.3f}" if isinstance(v, float) else f"{k:{width}} {v}")
+    print(f"wrote {path}")
+    return path
