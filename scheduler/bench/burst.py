@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
     p.add_argument("--flexible-share", type=float, default=0.0)
     p.add_argument("--json", dest="json_file", default="bench-out/burst.json")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
-    p.add_argument("--metrics-port", type=int, default=9471)
+    p.add_argument("--metrics-port", type=int, default=9471, help="first processor's; the next use +1, +2")
+    p.add_argument("--processors", type=int, default=1, help="processor processes sharing the shards")
     p.add_argument(
         "--load-rate", type=float, default=2500, help="expected commands/s, to place the due instant"
     )
@@ -108,11 +109,11 @@ def _run(args: argparse.Namespace) -> int:
         f"one repeated value: {plain_same_rate:,.0f}/s"
     )
 
-    # 2. A processor.
-    proc = start_processor(env, args.metrics_port)
+    # 2. The processors (they share the shards).
+    procs = [start_processor(env, args.metrics_port + i) for i in range(max(1, args.processors))]
     try:
-        time.sleep(3)
-        rss_before = rss(proc.pid)
+        time.sleep(3 + 3 * (len(procs) - 1))  # joined, and the group balanced
+        rss_before = sum(rss(p.pid) for p in procs)
         # 3. Load N creates, all due at one top of a minute far enough ahead.
         est_load_s = n / args.load_rate + 20
         due = (int(time.time() + est_load_s) // 60 + 1) * 60
@@ -164,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
         commands_per_s = seen_results / load_s
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
         time.sleep(1)
-        rss_after = rss(proc.pid)
+        rss_after = sum(rss(p.pid) for p in procs)
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 
@@ -191,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
                 raw.append((m.value() or b"", time.time(), m.timestamp()[1]))
                 seen += 1
             if time.monotonic() - last_rss_check > 0.5:
-                peak_rss = max(peak_rss, rss(proc.pid))
+                peak_rss = max(peak_rss, sum(rss(p.pid) for p in procs))
                 last_rss_check = time.monotonic()
         end = time.monotonic() + 2.0  # a duplicate would arrive now
         while time.monotonic() < end:
@@ -218,21 +219,25 @@ def _run(args: argparse.Namespace) -> int:
         )
         reader.close()
 
-        # 5. Restore: restart the processor, read its restore time.
-        proc.terminate()
-        proc.wait(60)
-        proc = start_processor(env, args.metrics_port)
+        # 5. Restore: stop them, start one processor that restores every shard; its restore time.
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(60)
+        procs = [start_processor(env, args.metrics_port)]
         restore_s = wait_restored(args.metrics_port, settings.partitions, 600)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
     vis.sort()
     app.sort()
     out = {
         "schedules": n,
+        "processors": max(1, args.processors),
         "tenants": ntenants,
         "flexible_share": args.flexible_share,
         "lag_p50_s": _pct(vis, 0.50),
