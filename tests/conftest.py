@@ -80,7 +80,8 @@ def kafka_settings(
     admin = admin_client(kafka_bootstrap)
     names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(namespace + ".")]
     if names:
-        admin.delete_topics(names, operation_timeout=30)
+        for f in admin.delete_topics(names, operation_timeout=30).values():
+            f.result(60)  # wait: a client dropped at once may never send the request
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

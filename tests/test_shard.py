@@ -223,3 +223,14 @@ def test_due_backlog_counts_what_a_budget_left_behind() -> None:
     assert s.due_backlog(T0) == 30
     s.due(T0, 100, float(T0))
     assert s.due_backlog(T0) == 0
+
+
+def test_throttled_catch_up_says_when_it_may_go_on() -> None:
+    s = Shard(0, {"a": Tenant(name="a", catch_up_rate_per_s=2)}, partitions=1)
+    assert s.catch_up_wait_s(float(T0)) is None
+    create(s, "x", spec(misfire="CATCH_UP", catch_up_limit=9, max_lateness_s=30), T0 - 1)
+    s.due(T0 - 1, 1000, float(T0 - 1))
+    s.due(T0 + 600, 1000, float(T0 + 600))  # 9 late ones kept; the rate lets 2 out now
+    wait = s.catch_up_wait_s(float(T0 + 600))
+    assert wait is not None and 0.4 <= wait <= 0.5  # half a second for the next token at 2/s
+    assert s.catch_up_wait_s(float(T0 + 601)) == 0.0

@@ -29,3 +29,10 @@ class TokenBucket:
         if self.rate > 0:
             self._refill(clock)
             self._tokens -= n
+
+    def wait_s(self, clock: float) -> float:
+        """Seconds until a token is available (0 if one is, or if there is no quota)."""
+        if self.rate <= 0:
+            return 0.0
+        self._refill(clock)
+        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate

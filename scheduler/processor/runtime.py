@@ -231,8 +231,9 @@ class Processor:
         now = self.clock()
         soonest = tick
         for owned in self.owned.values():
-            if owned.shard.catch_up and any(owned.shard.catch_up.values()):
-                return 0.0
+            wait = owned.shard.catch_up_wait_s(now)
+            if wait is not None:  # throttled catch-up: wake when its quota allows one more
+                soonest = min(soonest, wait)
             for q in owned.shard.queues.values():
                 nd = q.next_due()
                 if nd is not None:
@@ -266,6 +267,10 @@ class Processor:
                 **{"transaction.timeout.ms": 30_000},
             )
             producers[p].init_transactions(60)
+        self._restore(producers, started)
+
+    def _restore(self, producers: dict[int, Producer], started: float) -> None:
+        """Steps 2-3 of :meth:`_on_assign` for the shards of ``producers`` (initialised)."""
         shards = {
             p: Shard(p, self.tenants, partitions=self.settings.partitions, lease_s=self.settings.lease_s)
             for p in producers
@@ -398,12 +403,18 @@ class Processor:
                 self._rejoin = True
             return
         log.warning("shard %d: tick aborted: %s; restoring", p, err)
-        with contextlib.suppress(KafkaException):
+        try:
             owned.producer.abort_transaction(30)
-        # The in-memory shard ran ahead of what was committed: rebuild it from Kafka.
+        except KafkaException as again:
+            log.error("shard %d: abort failed (%s): dropping the shard and rejoining", p, again.args[0])
+            self.owned.pop(p, None)
+            self._rejoin = True
+            return
+        # The in-memory shard ran ahead of what was committed: rebuild it from Kafka, with the same
+        # producer (a new init_transactions could fence an owner we do not know we lost it to).
         self.owned.pop(p, None)
         assert self.consumer is not None
-        self._on_assign(self.consumer, [owned.partition])
+        self._restore({p: owned.producer}, time.monotonic())
         # Re-read the commands of the aborted tick from the committed offset.
         committed = self.consumer.committed([owned.partition], 30)[0]
         self.consumer.seek(TopicPartition(self.t_commands, p, max(committed.offset, 0)))

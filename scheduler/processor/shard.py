@@ -241,6 +241,16 @@ class Shard:
             return None
         return view
 
+    def catch_up_wait_s(self, clock: float) -> float | None:
+        """Seconds until pending catch-up work may be emitted (its tenant's catch-up rate);
+        None when there is none."""
+        waits = [
+            b.wait_s(clock) if (b := self._catchup_rate.get(t)) is not None else 0.0
+            for t, cq in self.catch_up.items()
+            if cq
+        ]
+        return min(waits) if waits else None
+
     def due_backlog(self, now: int) -> int:
         """Occurrences due at ``now`` but not yet emitted (throttled or beyond the tick budget)."""
         n = sum(len(cq) for cq in self.catch_up.values()) + len(self.released)
