@@ -125,3 +125,30 @@ def test_crash_at_each_handoff_loses_nothing_and_duplicates_nothing(cluster: Set
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_the_schedule_command_line(cluster: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from scheduler.cli import main
+
+    proc = start_processor(cluster)
+    try:
+        create = ["schedule", "create", "--tenant", "e2e", "--key", "cli", "--cron", "0 9 * * MON-FRI",
+                  "--tz", "Europe/Berlin", "--handler", "report", "--retry-max-attempts", "5"]
+        assert main(create) == 0
+        made = json.loads(capsys.readouterr().out)
+        sid = made["schedule_id"]
+        assert made["version"] == 1
+        assert main(["schedule", "pause", "--tenant", "e2e", sid]) == 0
+        capsys.readouterr()
+        assert main(["schedule", "get", "--tenant", "e2e", sid]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert (shown["state"], shown["handler"], shown["timezone"]) == ("PAUSED", "report", "Europe/Berlin")
+        assert main(["schedule", "cancel", "--tenant", "e2e", sid, "--expected-version", "7"]) == 1
+        assert "STALE_VERSION" in capsys.readouterr().out
+        assert main(["schedule", "list", "--tenant", "e2e"]) == 0
+        assert sid in capsys.readouterr().out
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -23,12 +23,17 @@ def register(sub: Any) -> None:
         g.add_argument("--cron")
         g.add_argument("--at", help="one-time local ISO datetime")
         c.add_argument("--tz", required=True)
-        c.add_argument("--handler", required=True)
+        c.add_argument("--handler", dest="job_handler", required=True, help="the handler name workers run")
         c.add_argument("--payload", default="")
         c.add_argument("--window-minutes", type=int, default=0)
         c.add_argument("--misfire", default="FIRE_ONCE", choices=["SKIP", "FIRE_ONCE", "CATCH_UP"])
         c.add_argument("--catch-up-limit", type=int, default=0)
         c.add_argument("--overlap", default="ALLOW", choices=["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"])
+        c.add_argument("--max-lateness-s", type=int, default=60, help="later than this counts as a misfire")
+        c.add_argument("--retry-max-attempts", type=int, default=3)
+        c.add_argument("--retry-backoff-base-s", type=float, default=1.0)
+        c.add_argument("--retry-backoff-cap-s", type=float, default=300.0)
+        c.add_argument("--retry-deadline-s", type=int, default=None, help="no retry later than this after")
         c.set_defaults(handler=_create if name == "create" else _update)
     for name in ("pause", "resume", "cancel"):
         c = s.add_parser(name)
@@ -55,12 +60,17 @@ def _spec(args: argparse.Namespace) -> Any:
             cron=args.cron,
             at=args.at,
             timezone=args.tz,
-            handler=args.handler,
+            handler=args.job_handler,
             payload=args.payload.encode(),
             window_minutes=args.window_minutes,
             misfire=args.misfire,
             catch_up_limit=args.catch_up_limit,
             overlap=args.overlap,
+            max_lateness_s=args.max_lateness_s,
+            retry_max_attempts=args.retry_max_attempts,
+            retry_backoff_base_s=args.retry_backoff_base_s,
+            retry_backoff_cap_s=args.retry_backoff_cap_s,
+            retry_deadline_s=args.retry_deadline_s,
         )
         compile_spec(spec)
     except SpecError as exc:
