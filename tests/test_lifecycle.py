@@ -145,3 +145,43 @@ def test_a_pending_retry_survives_a_handover() -> None:
     r.finish_restore()
     now, out = until_emitted(r, T0 + 1, T0 + 40, Lane.RETRY)
     assert now == retry_at and [d.attempt for d in out.dispatch] == [2]
+
+
+def test_cancel_drops_a_queued_occurrence_even_without_catch_up_work() -> None:
+    s = shard(overlap="QUEUE_ONE", lease_s=600)
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t", T0)
+    tick(s, T0 + 60)  # T0+60 waits behind the running one
+    out = s.apply(kind="CANCEL", request_id="c", tenant="a", schedule_id="x", idempotency_key=None,
+                  expected_version=None, spec=None, issued_at=T0 + 61, now=T0 + 61)
+    assert [(e.state, e.scheduled_for) for e in out.events] == [("CANCELED", T0 + 60)]
+    report(s, "SUCCEEDED", T0, 1, "t", T0 + 70)
+    assert tick(s, T0 + 71).dispatch == []  # nothing released for a canceled schedule
+
+
+def test_a_released_occurrence_stays_persisted_until_emitted() -> None:
+    s = shard(overlap="QUEUE_ONE", lease_s=600)
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t", T0)
+    tick(s, T0 + 60)
+    report(s, "SUCCEEDED", T0, 1, "t", T0 + 70)  # released, not yet emitted
+    views = dict(s.runtime_changes())
+    assert views["x"] is not None and views["x"].queued is not None and views["x"].queued[2] == T0 + 60
+    assert [d.scheduled_for for d in tick(s, T0 + 71).dispatch] == [T0 + 60]
+    views = dict(s.runtime_changes())
+    assert views["x"] is not None and views["x"].queued is None and len(views["x"].running) == 1
+
+
+def test_a_later_misfire_supersedes_a_pending_catch_up_as_missed() -> None:
+    s = Shard(0, {"a": Tenant(name="a", catch_up_rate_per_s=1)}, partitions=1)
+    sp = ScheduleSpec(kind="cron", cron="* * * * *", timezone="UTC", handler="h", misfire="CATCH_UP",
+                      catch_up_limit=3, max_lateness_s=30)
+    s.apply(kind="CREATE", request_id="r", tenant="a", schedule_id="x", idempotency_key=None,
+            expected_version=None, spec=sp, issued_at=T0 - 1, now=T0 - 1)
+    s.due(T0 - 1, 1000, float(T0 - 1))
+    first = s.due(T0 + 600, 1000, float(T0 + 600))  # keeps T0+420..540, one emitted now
+    assert [d.scheduled_for for d in first.dispatch if d.lane == Lane.CATCH_UP] == [T0 + 420]
+    second = s.due(T0 + 1200, 1000, float(T0 + 1200))  # another outage before the backlog drained
+    superseded = sorted(e.scheduled_for for e in second.events if e.reason == "superseded by a later misfire")
+    assert superseded == [T0 + 480, T0 + 540]
+    assert s.catch_up_span["x"][1] == T0 + 1140  # one range: the latest late occurrences

@@ -157,7 +157,7 @@ class Attempts:
         released = None
         if self.occupying.get(a.schedule_id) == a.occurrence_id:
             del self.occupying[a.schedule_id]
-            released = self.queued.pop(a.schedule_id, None)
+            released = self.queued.get(a.schedule_id)  # stays persisted until it is emitted
             self.dirty.add(a.schedule_id)
         if a.retry_at is not None or a.last_error_class is not None:
             self.dirty.add(a.schedule_id)

@@ -33,7 +33,8 @@ class ReportResult:
     ignored: str | None = None  # why the report was not the current attempt's (counted, not applied)
 
 
-def _event(a: Attempt, state: str, reason: str | None) -> Event:
+def attempt_event(a: Attempt, state: str, reason: str | None) -> Event:
+    """The occurrence event of attempt ``a`` reaching ``state``."""
     return Event(
         a.occurrence_id, a.schedule_id, a.tenant, a.version, a.scheduled_for, state, reason, a.attempt
     )
@@ -90,7 +91,7 @@ def apply_report(
 
 
 def _finish(shard: Shard, a: Attempt, state: str, reason: str | None, res: ReportResult) -> None:
-    res.events.append(_event(a, state, reason))
+    res.events.append(attempt_event(a, state, reason))
     released = shard.attempts.finish(a)
     if released is not None:
         shard.released.append((a.schedule_id, *released))
@@ -123,7 +124,7 @@ def fail(
             why = f"retry at {at} would pass the deadline (retry_deadline_s={pol.retry_deadline_s})"
         else:
             shard.attempts.retry(a, at, error_class, message)
-            res.events.append(_event(a, "RETRY_WAIT", f"{error_class}: {message}"[:500]))
+            res.events.append(attempt_event(a, "RETRY_WAIT", f"{error_class}: {message}"[:500]))
             return
     res.dead.append(a)
     _finish(shard, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res)
@@ -141,7 +142,7 @@ def admit(shard: Shard, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
         return True
     at = shard.attempts
     oid = occurrence_id(e.schedule_id, e.version, f)
-    if not at.occupied(e.schedule_id):
+    if not at.occupied(e.schedule_id) and e.schedule_id not in at.queued:  # (a released one is on its way)
         at.occupy(Attempt(oid, e.schedule_id, e.tenant, e.version, f, 1))
         return True
     if overlap == "QUEUE_ONE" and at.queue_one(e.schedule_id, oid, e.version, f):
@@ -168,8 +169,10 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
     at = shard.attempts
     while shard.released and budget > 0:
         sid, oid, version, f = shard.released.pop(0)
+        at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
+        at.dirty.add(sid)
         e = shard.entries.get(sid)
-        if e is None or e.version != version:
+        if e is None or e.version != version or e.state not in (ACTIVE, COMPLETED):
             continue
         at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
         out.dispatch.append(

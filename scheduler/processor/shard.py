@@ -17,7 +17,7 @@ from scheduler.domain import ScheduleSpec, SpecError, occurrence_id
 from scheduler.domain.ids import jitter_within_s
 from scheduler.processor.attempts import Attempt, Attempts
 from scheduler.processor.lanes import Cursor, LaneQueue
-from scheduler.processor.lifecycle import admit, emit_retries
+from scheduler.processor.lifecycle import admit, attempt_event, emit_retries
 from scheduler.processor.model import (
     ACTIVE,
     CANCELED,
@@ -302,6 +302,8 @@ class Shard:
                     self.attempts.occupying.setdefault(sid, a.occurrence_id)
             if view.queued is not None:
                 self.attempts.queued[sid] = view.queued
+                if sid not in self.attempts.occupying:  # released before the crash, not yet emitted
+                    self.released.append((sid, *view.queued))
         self.restored_runtime.clear()
 
     # -- commands ---------------------------------------------------------------
@@ -507,43 +509,38 @@ class Shard:
             )
         return rej(kind, request_id, tenant, schedule_id, "INVALID_COMMAND", f"kind {kind!r} is unknown")
 
-    def _drop_pending(self, e: Entry, reason: str) -> list[Event]:
-        """Drop the schedule's not-yet-emitted catch-up occurrences; each gets a CANCELED event."""
-        q = self.catch_up.get(e.tenant)
-        if not q:
-            return []
-        keep: deque[Occurrence] = deque()
+    def _drop_pending(self, e: Entry, reason: str, state: str = "CANCELED") -> list[Event]:
+        """Drop the schedule's waiting work — catch-up occurrences, retries, the QUEUE_ONE
+        occurrence, a released one not yet emitted; each gets a ``state`` event."""
+        sid = e.schedule_id
         events: list[Event] = []
-        for o in q:
-            if o.schedule_id == e.schedule_id:
-                events.append(
-                    Event(
-                        o.occurrence_id,
-                        o.schedule_id,
-                        o.tenant,
-                        o.version,
-                        o.scheduled_for,
-                        "CANCELED",
-                        reason,
+        q = self.catch_up.get(e.tenant)
+        if q:
+            keep: deque[Occurrence] = deque()
+            for o in q:
+                if o.schedule_id == sid:
+                    events.append(
+                        Event(o.occurrence_id, sid, o.tenant, o.version, o.scheduled_for, state, reason)
                     )
-                )
-            else:
-                keep.append(o)
-        self.catch_up[e.tenant] = keep
-        if self.catch_up_span.pop(e.schedule_id, None) is not None:
-            self.runtime_dirty.add(e.schedule_id)
-        queued = self.attempts.queued.get(e.schedule_id)
+                else:
+                    keep.append(o)
+            self.catch_up[e.tenant] = keep
+        if self.catch_up_span.pop(sid, None) is not None:
+            self.runtime_dirty.add(sid)
+        if state != "CANCELED":
+            return events  # a later misfire supersedes only the catch-up backlog
+        queued = self.attempts.queued.get(sid)
         if queued is not None:
             oid, version, f = queued
-            events.append(Event(oid, e.schedule_id, e.tenant, version, f, "CANCELED", reason, 1))
-        for a in self.attempts.drop_schedule(e.schedule_id):
-            events.append(
-                Event(
-                    a.occurrence_id, a.schedule_id, a.tenant, a.version, a.scheduled_for, "CANCELED", reason,
-                    a.attempt,
-                )
-            )
+            events.append(Event(oid, sid, e.tenant, version, f, state, reason, 1))
+        self.released = [r for r in self.released if r[0] != sid]
+        events += [attempt_event(a, state, reason) for a in self.attempts.drop_schedule(sid)]
         return events
+
+    def close(self) -> None:
+        """Drop references the shard holds to itself (the preparation pass), so that a dropped
+        shard is freed even though its entries were frozen out of the cyclic GC."""
+        self._prep = None
 
     # -- the tick ---------------------------------------------------------------
     def _bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: float) -> TokenBucket:
@@ -685,6 +682,10 @@ class Shard:
             )
         out.missed += cut
         if cut < len(late):
+            if e.schedule_id in self.catch_up_span:
+                # One backlog per schedule, always its latest late occurrences: the older pending
+                # ones are recorded MISSED (the span persisted on ksched.state stays one range).
+                out.events += self._drop_pending(e, "superseded by a later misfire", "MISSED")
             self.catch_up_span[e.schedule_id] = (late[cut][1], late[-1][1])
             self.runtime_dirty.add(e.schedule_id)
             cq = self.catch_up.setdefault(e.tenant, deque())
