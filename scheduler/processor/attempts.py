@@ -61,6 +61,7 @@ class Attempts:
 
     def __init__(self) -> None:
         self.inflight: dict[str, Attempt] = {}  # occurrence_id -> current attempt
+        self._by_schedule: dict[str, dict[str, Attempt]] = {}  # the same, indexed by schedule
         self.occupying: dict[str, str] = {}  # schedule_id -> occurrence_id (overlap-tracked)
         self.queued: dict[str, tuple[str, int, int]] = {}  # schedule_id -> (oid, version, sf) waiting
         self._retries: list[tuple[int, str, int]] = []  # heap of (retry_at, oid, attempt)
@@ -74,7 +75,7 @@ class Attempts:
 
     def occupy(self, a: Attempt) -> None:
         """An overlap-tracked schedule's occurrence was emitted: it occupies the schedule."""
-        self.inflight[a.occurrence_id] = a
+        self._add(a)
         self.occupying[a.schedule_id] = a.occurrence_id
         self.dirty.add(a.schedule_id)
 
@@ -152,7 +153,7 @@ class Attempts:
     def finish(self, a: Attempt) -> tuple[str, int, int] | None:
         """``a``'s occurrence ended (succeeded, dead or canceled); returns the QUEUE_ONE occurrence
         now released, if any."""
-        self.inflight.pop(a.occurrence_id, None)
+        self._remove(a)
         self.remember_finished(a.occurrence_id, a.attempt)
         released = None
         if self.occupying.get(a.schedule_id) == a.occurrence_id:
@@ -171,7 +172,7 @@ class Attempts:
 
     def track(self, a: Attempt) -> None:
         """Adopt an attempt known only from a report or from restore."""
-        self.inflight[a.occurrence_id] = a
+        self._add(a)
         if a.retry_at is not None:
             heapq.heappush(self._retries, (a.retry_at, a.occurrence_id, a.attempt))
         elif a.lease_until is not None:
@@ -180,15 +181,25 @@ class Attempts:
     def drop_schedule(self, schedule_id: str) -> list[Attempt]:
         """Forget the schedule's waiting work (cancel, update, pause): its retries and queued
         occurrence. Running attempts stay tracked so their reports are still fenced."""
-        dropped = [
-            a for a in self.inflight.values() if a.schedule_id == schedule_id and a.retry_at is not None
-        ]
+        dropped = [a for a in self.of_schedule(schedule_id) if a.retry_at is not None]
         for a in dropped:
-            del self.inflight[a.occurrence_id]
+            self._remove(a)
             self.remember_finished(a.occurrence_id, a.attempt)
         if self.queued.pop(schedule_id, None) is not None or dropped:
             self.dirty.add(schedule_id)
         return dropped
 
     def of_schedule(self, schedule_id: str) -> list[Attempt]:
-        return [a for a in self.inflight.values() if a.schedule_id == schedule_id]
+        return list(self._by_schedule.get(schedule_id, {}).values())
+
+    def _add(self, a: Attempt) -> None:
+        self.inflight[a.occurrence_id] = a
+        self._by_schedule.setdefault(a.schedule_id, {})[a.occurrence_id] = a
+
+    def _remove(self, a: Attempt) -> None:
+        self.inflight.pop(a.occurrence_id, None)
+        mine = self._by_schedule.get(a.schedule_id)
+        if mine is not None:
+            mine.pop(a.occurrence_id, None)
+            if not mine:
+                del self._by_schedule[a.schedule_id]

@@ -89,6 +89,17 @@ class OwnedShard:
 _FENCED_CODES = (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 
 
+def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes, partition: int = -1) -> None:
+    """``produce()``, waiting for room when the client's queue is full (never dropping a record:
+    a BufferError escaping a tick would leave its transaction open). ``partition`` -1: by key."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 class Processor:
     """Run with :meth:`run` until :meth:`stop` (or SIGTERM/SIGINT)."""
 
@@ -105,7 +116,7 @@ class Processor:
         self.settings = settings
         self.tenants = tenants if tenants is not None else load_tenants(settings.tenants_file)
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
-        self.tick_budget = tick_budget or settings.tick_budget
+        self.tick_budget = settings.tick_budget if tick_budget is None else tick_budget
         self.metrics = metrics or ProcessorMetrics()
         self.clock = clock
         self.failpoint = Failpoint.from_env()
@@ -159,10 +170,10 @@ class Processor:
                     self.consumer.unsubscribe()  # revokes (and drops) every shard first
                     self._subscribe()
         finally:
+            self._committer.shutdown(wait=True)  # no commit may still run on a dropped producer
             for p in list(self.owned):
                 self._drop(p)
             self.consumer.close()
-            self._committer.shutdown(wait=True)
             log.info("processor %s stopped", self.instance_id)
 
     def _subscribe(self) -> None:
@@ -234,6 +245,9 @@ class Processor:
             wait = owned.shard.catch_up_wait_s(now)
             if wait is not None:  # throttled catch-up: wake when its quota allows one more
                 soonest = min(soonest, wait)
+            retry = owned.shard.attempts.next_retry()
+            if retry is not None:
+                soonest = min(soonest, max(0.0, retry - now))
             for q in owned.shard.queues.values():
                 nd = q.next_due()
                 if nd is not None:
@@ -307,6 +321,7 @@ class Processor:
         owned = self.owned.pop(p, None)
         if owned is None:
             return
+        owned.shard.close()
         with contextlib.suppress(KafkaException):
             owned.producer.flush(5)
         log.info("shard %d: dropped", p)
@@ -350,14 +365,15 @@ class Processor:
             for sid, view in shard.runtime_changes():
                 tenant = view and shard.entries[sid].tenant
                 value = codec.encode_runtime(sid, tenant or "", view, now)
-                producer.produce(self.t_state, key=sid.encode(), value=value, partition=p)
+                _produce(producer, self.t_state, value, sid.encode(), p)
                 wrote = True
             if wrote or clock - owned.last_state_write >= 1.0:
-                producer.produce(
+                _produce(
+                    producer,
                     self.t_state,
-                    key=codec.shard_state_key(p),
-                    value=codec.encode_shard_state(shard, clock),
-                    partition=p,
+                    codec.encode_shard_state(shard, clock),
+                    codec.shard_state_key(p),
+                    p,
                 )
                 owned.last_state_write = clock
                 wrote = True
@@ -397,7 +413,7 @@ class Processor:
             # owner. Drop the shard; if the group still assigns it to us, leave and rejoin the
             # group so that whoever it is given to restores it (and fences the other).
             log.error("shard %d: producer fenced (%s): another processor owns it; dropping", p, err)
-            self.owned.pop(p, None)
+            self._drop(p)
             assert self.consumer is not None
             if any(tp.partition == p for tp in self.consumer.assignment()):
                 self._rejoin = True
@@ -407,12 +423,13 @@ class Processor:
             owned.producer.abort_transaction(30)
         except KafkaException as again:
             log.error("shard %d: abort failed (%s): dropping the shard and rejoining", p, again.args[0])
-            self.owned.pop(p, None)
+            self._drop(p)
             self._rejoin = True
             return
         # The in-memory shard ran ahead of what was committed: rebuild it from Kafka, with the same
         # producer (a new init_transactions could fence an owner we do not know we lost it to).
         self.owned.pop(p, None)
+        owned.shard.close()
         assert self.consumer is not None
         self._restore({p: owned.producer}, time.monotonic())
         # Re-read the commands of the aborted tick from the committed offset.
@@ -426,8 +443,8 @@ class Processor:
         except codec.RecordDecodeError as exc:
             self.metrics.rejected.labels(tenant="?", code="UNDECODABLE").inc()
             rid = f"undecodable-{p}-{m.offset()}"
-            producer.produce(
-                self.t_results, key=rid.encode(), value=codec.encode_undecodable_result(rid, str(exc), now)
+            _produce(
+                producer, self.t_results, codec.encode_undecodable_result(rid, str(exc), now), rid.encode()
             )
             return
         if isinstance(decoded, codec.AttemptReport):
@@ -439,19 +456,14 @@ class Processor:
             self._write_lifecycle(owned, res.events, res.dead, now)
             return
         outcome = codec.apply_command(shard, decoded, now)
-        producer.produce(
-            self.t_results, key=outcome.request_id.encode(), value=codec.encode_result(outcome, now)
-        )
+        _produce(producer, self.t_results, codec.encode_result(outcome, now), outcome.request_id.encode())
         if not outcome.accepted:
             self.metrics.rejected.labels(tenant=outcome.tenant, code=outcome.code or "?").inc()
             return
         if outcome.entry is None:
             return  # idempotent replay: nothing changed
         self._write_schedule_change(owned, outcome.entry, outcome.kind, outcome.request_id, now)
-        for ev in outcome.events:
-            producer.produce(
-                self.t_events, key=ev.schedule_id.encode(), value=codec.encode_event(ev, now), partition=p
-            )
+        self._write_lifecycle(owned, outcome.events, [], now)
 
     def _write_schedule_change(
         self, owned: OwnedShard, entry: Entry, kind: str, request_id: str, now: int
@@ -459,26 +471,25 @@ class Processor:
         producer, p = owned.producer, owned.partition.partition
         key = entry.schedule_id.encode()
         sched, hist, version = codec.encode_schedule_change(entry, kind, request_id, now)
-        producer.produce(self.t_schedules, key=key, value=sched, partition=p)
+        _produce(producer, self.t_schedules, sched, key, p)
         if hist is not None:
-            producer.produce(self.t_history, key=key, value=hist, partition=p)
-        producer.produce(
-            topic_name(self.settings, "versions", entry.tenant), key=key, value=version, partition=p
-        )
+            _produce(producer, self.t_history, hist, key, p)
+        _produce(producer, topic_name(self.settings, "versions", entry.tenant), version, key, p)
 
     def _write_lifecycle(self, owned: OwnedShard, events: list[Event], dead: list[Attempt], now: int) -> None:
         """Occurrence events, and the DLQ records of occurrences declared dead."""
         producer, p, shard = owned.producer, owned.partition.partition, owned.shard
         for ev in events:
-            producer.produce(self.t_events, codec.encode_event(ev, now), ev.schedule_id.encode(), partition=p)
+            _produce(producer, self.t_events, codec.encode_event(ev, now), ev.schedule_id.encode(), p)
             if ev.state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
                 self.metrics.lifecycle.labels(tenant=ev.tenant, state=ev.state).inc()
         for a in dead:
-            producer.produce(
+            _produce(
+                producer,
                 topic_name(self.settings, "dlq", a.tenant),
                 codec.encode_dead_letter(a, shard.entries.get(a.schedule_id), shard, now),
                 a.schedule_id.encode(),
-                partition=p,
+                p,
             )
 
     def _write_tick(self, owned: OwnedShard, out: TickOutput, clock: float) -> None:
