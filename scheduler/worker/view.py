@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from scheduler.kafka.clients import consumer
+from scheduler.kafka.reader import all_partitions
 from scheduler.records import RecordDecodeError, VersionRecord, decode_fields
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
@@ -72,13 +73,13 @@ def verdict(current: VersionState | None, version: int) -> str | None:
 
 def partitions_of(c: Consumer, topic: str, tenant: str) -> list[int]:
     """The partition ids of ``topic``, or :class:`TopicMissingError` naming the fix."""
-    md = c.list_topics(topic, timeout=10).topics.get(topic)
-    if md is None or md.error is not None or not md.partitions:
+    try:
+        return [tp.partition for tp in all_partitions(c, topic)]
+    except LookupError:
         raise TopicMissingError(
             f"topic {topic} does not exist: register the tenant with `ksched tenants add {tenant}` "
             "(or run `ksched topics apply`)"
-        )
-    return sorted(md.partitions)
+        ) from None
 
 
 class VersionsView:
