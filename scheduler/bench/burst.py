@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
+from scheduler.subprocesses import stop_all
 
 
 def register(sub: Any) -> None:
@@ -220,19 +220,11 @@ def _run(args: argparse.Namespace) -> int:
         reader.close()
 
         # 5. Restore: stop them, start one processor that restores every shard; its restore time.
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(60)
+        stop_all(procs, 60)
         procs = [start_processor(env, args.metrics_port)]
         restore_s = wait_restored(args.metrics_port, settings.partitions, 600)
     finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
     vis.sort()
     app.sort()
     out = {

@@ -31,6 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.domain import ScheduleSpec
     from scheduler.kafka.clients import producer
     from scheduler.records import Schedule, ScheduleSpecRecord, encode
+    from scheduler.subprocesses import stop_all
     from scheduler.tenants import Tenant
     from scheduler.topology import topic_name
 
@@ -79,8 +80,7 @@ def _run(args: argparse.Namespace) -> int:
         wall_s = time.monotonic() - started
         resident = rss(proc.pid)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        stop_all([proc], 60)
     out = {
         "schedules": n,
         "distinct_specs": args.distinct,

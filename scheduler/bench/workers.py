@@ -78,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         encode,
         record_type,
     )
+    from scheduler.subprocesses import stop_all
     from scheduler.tenants import Tenant
     from scheduler.topology import topic_name
 
@@ -138,13 +139,7 @@ def _run(args: argparse.Namespace) -> int:
                 killed = True
                 print(f"killed a worker at {len(e2e):,} succeeded; started another")
     finally:
-        for p in (*workers, proc):
-            p.terminate()
-        for p in (*workers, proc):
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all([*workers, proc])
         reports.close()
     with sqlite3.connect(db) as conn:
         rows, distinct = conn.execute(

@@ -9,7 +9,6 @@ again reuses them (the one-time job gets a new key per run).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from scheduler.client import SchedulerClient
 from scheduler.domain import ScheduleSpec
 from scheduler.settings import Settings, load_settings
+from scheduler.subprocesses import stop_all
 from scheduler.tenants import Tenant, add_tenant, load_tenants
 
 TENANTS = ("demo", "demo-b")
@@ -87,7 +87,7 @@ def run_demo(duration_s: float | None = None, live: bool = True) -> int:
         names = _create_schedules(settings)
         return _watch(settings, names, children, duration_s, live, folder)
     finally:
-        _stop(children)
+        stop_all(children.values(), 20)
 
 
 def _start(folder: Path, env: dict[str, str]) -> dict[str, subprocess.Popen[bytes]]:
@@ -177,14 +177,3 @@ def _dead(children: dict[str, subprocess.Popen[bytes]]) -> list[str]:
     return [name for name, p in children.items() if p.poll() is not None]
 
 
-def _stop(children: dict[str, subprocess.Popen[bytes]]) -> None:
-    for p in children.values():
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    for p in children.values():
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
