@@ -149,6 +149,9 @@ def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> di
     out: dict[str, object] = {}
 
     def keep(m: Message) -> None:
+        if m.value() is None:  # a tombstone: the schedule was purged after its retention
+            out.pop((m.key() or b"").decode(), None)
+            return
         try:
             s = decode(m.value() or b"", Schedule)
         except ValueError:

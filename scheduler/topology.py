@@ -25,6 +25,7 @@ class TopicDecl:
     cleanup: str  # delete | compact
     timestamp_type: str  # CreateTime | LogAppendTime
     retention_ms: int | None = None
+    segment_ms: int | None = None  # compacted topics: a segment rolls (and can be cleaned) this often
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,7 @@ def load_declarations(path: Path | None = None) -> tuple[dict[str, dict[str, int
                 cleanup=raw["cleanup"],
                 timestamp_type=raw["timestamp_type"],
                 retention_ms=raw.get("retention_ms"),
+                segment_ms=raw.get("segment_ms"),
             )
         )
     return envs, decls
@@ -96,6 +98,8 @@ def desired_topics(settings: Settings, tenants: Iterable[str]) -> list[TopicPlan
         }
         if d.retention_ms is not None:
             configs["retention.ms"] = str(d.retention_ms)
+        if d.segment_ms is not None:
+            configs["segment.ms"] = str(d.segment_ms)
         owners: list[str | None] = [None] if d.scope == "cluster" else list(tenant_list)
         for tenant in owners:
             plans.append(

@@ -58,6 +58,10 @@ __all__ = [
 ]
 
 
+MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
+MAX_REASON_CHARS = 2000
+
+
 def _lit(value: str) -> Any:
     """A state name checked by the shard model, passed where the records want a Literal."""
     return value
@@ -232,16 +236,32 @@ def decode_schedule_entry(value: bytes) -> Entry:
         created_at_ms=s["created_at_ms"],
         paused_at_ms=s["paused_at_ms"],
         resumed_at_ms=s["resumed_at_ms"],
+        last_request_id=s.get("last_request_id"),
+        finished_at=s["updated_at_ms"] // 1000 if s["state"] in ("COMPLETED", "CANCELED") else None,
     )
 
 
 def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) -> CommandOutcome:
+    """Apply a decoded schedule command to ``shard``. A spec that does not convert (a bound
+    overflowed, a bad value) is answered INVALID_SPEC, never raised."""
     assert isinstance(cmd, ScheduleCommand)
+    for name, value in (
+        ("request_id", cmd.request_id),
+        ("tenant", cmd.tenant),
+        ("schedule_id", cmd.schedule_id),
+        ("idempotency_key", cmd.idempotency_key),
+    ):
+        if value is not None and len(value) > MAX_ID_CHARS:
+            return CommandOutcome(
+                cmd.request_id[:MAX_ID_CHARS], cmd.tenant[:MAX_ID_CHARS], "", False,
+                code="INVALID_COMMAND", kind=cmd.kind,
+                reason=f"{name} is {len(value)} characters long; the limit is {MAX_ID_CHARS}",
+            )
     spec: ScheduleSpec | None = None
     if cmd.spec is not None:
         try:
             spec = cmd.spec.to_domain()
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             return CommandOutcome(
                 cmd.request_id,
                 cmd.tenant,
@@ -251,16 +271,6 @@ def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) 
                 reason=str(exc),
                 kind=cmd.kind,
             )
-    if not cmd.schedule_id:
-        return CommandOutcome(
-            cmd.request_id,
-            cmd.tenant,
-            "",
-            False,
-            code="INVALID_COMMAND",
-            reason="schedule_id is missing: the SDK derives it from tenant and key",
-            kind=cmd.kind,
-        )
     return shard.apply(
         kind=cmd.kind,
         request_id=cmd.request_id,
@@ -282,22 +292,27 @@ def encode_result(o: CommandOutcome, now: int) -> bytes:
             schedule_id=o.schedule_id or None,
             status="ACCEPTED" if o.accepted else "REJECTED",
             version=o.version,
-            reason=o.reason,
+            reason=None if o.reason is None else o.reason[:MAX_REASON_CHARS],
             code=o.code,
             processed_at_ms=now * 1000,
         )
     )
 
 
-def encode_undecodable_result(rid: str, reason: str, now: int) -> bytes:
+def encode_undecodable_result(
+    rid: str, partition: int, offset: int, key: bytes | None, reason: str, now: int
+) -> bytes:
+    """The answer to a record that is not a command: it names what the sender can match, the
+    partition and offset it landed on and the key it was sent with."""
+    sent = key.decode("utf-8", "replace")[:200] if key else None
     return encode(
         CommandResult(
             request_id=rid,
             tenant="?",
-            schedule_id=None,
+            schedule_id=sent,
             status="REJECTED",
             version=None,
-            reason=reason,
+            reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[:2000],
             code="UNDECODABLE",
             processed_at_ms=now * 1000,
         )
@@ -327,6 +342,7 @@ def encode_schedule_change(
             idempotency_key=entry.idempotency_key,
             paused_at_ms=entry.paused_at_ms,
             resumed_at_ms=entry.resumed_at_ms,
+            last_request_id=entry.last_request_id,
         )
     )
     hist = None

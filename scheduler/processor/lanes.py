@@ -35,7 +35,9 @@ DONE = "\U0010ffff"  # sorts after every schedule id: the whole bucket is done
 class LaneQueue:
     """Due-time index for one (tenant, lane)."""
 
-    __slots__ = ("_buckets", "_heap", "_open", "_open_key", "_open_pos", "_sorted", "cursor")
+    __slots__ = (
+        "_buckets", "_heap", "_open", "_open_key", "_open_pos", "_sorted", "cursor", "throttled_from"
+    )
 
     def __init__(self, cursor: Cursor = START) -> None:
         self._buckets: dict[int, list[Armable]] = {}
@@ -45,6 +47,9 @@ class LaneQueue:
         self._open_key: int | None = None
         self._open_pos = 0
         self.cursor: Cursor = cursor
+        # Since when the tenant's quota has held this lane's due work back (None: it has not);
+        # set and cleared by the shard's tick. Lateness is judged at this instant, not later.
+        self.throttled_from: int | None = None
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets.values())

@@ -193,6 +193,7 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
         if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
             res = ReportResult()
             _finish(shard, a, "CANCELED", "schedule changed or canceled before the retry", res)
+            shard.retry_throttled.pop(a.occurrence_id, None)
             out.events.extend(res.events)
             continue
         quota = shard.tenants.get(a.tenant)
@@ -200,23 +201,26 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
         bucket = shard.retry_bucket(a.tenant, rate)
         if budget <= 0 or bucket.available(clock) < 1:
             at.retry(a, now + 1, a.last_error_class, a.last_error_message)
-            out.throttled[a.tenant] = out.throttled.get(a.tenant, 0) + 1
+            if budget > 0:  # held back by the retry budget (not by the tick's): counted once, at emission
+                shard.retry_throttled.setdefault(a.occurrence_id, now)
             continue
         bucket.spend(1, clock)
         a.attempt += 1
         at.reemitted(a, now)
-        out.dispatch.append(
-            Occurrence(
-                a.schedule_id,
-                a.tenant,
-                a.version,
-                a.scheduled_for,
-                shard.available(e, a.scheduled_for),
-                _RETRY,
-                e.base.handler,
-                e.payload,
-                a.attempt,
-            )
+        occ = Occurrence(
+            a.schedule_id,
+            a.tenant,
+            a.version,
+            a.scheduled_for,
+            shard.available(e, a.scheduled_for),
+            _RETRY,
+            e.base.handler,
+            e.payload,
+            a.attempt,
         )
+        out.dispatch.append(occ)
+        since = shard.retry_throttled.pop(a.occurrence_id, None)
+        if since is not None and now > since:
+            shard.record_throttled(out, occ, now - since, "retry_budget_per_min")
         budget -= 1
     return budget

@@ -49,7 +49,17 @@ class ProcessorMetrics:
         self.emitted = Counter("ksched_emitted_total", "occurrences emitted", ["tenant", "lane"], registry=r)
         self.missed = Counter("ksched_missed_total", "occurrences recorded MISSED", ["tenant"], registry=r)
         self.throttled = Counter(
-            "ksched_throttled_total", "due occurrences delayed by a tenant quota", ["tenant"], registry=r
+            "ksched_throttled_total",
+            "occurrences emitted later than due because of a tenant quota (each counted once)",
+            ["tenant"],
+            registry=r,
+        )
+        self.throttle_delay = Histogram(
+            "ksched_throttle_delay_seconds",
+            "how long a tenant quota delayed each throttled occurrence",
+            ["tenant"],
+            buckets=LAG_BUCKETS,
+            registry=r,
         )
         self.rejected = Counter("ksched_rejected_total", "rejected commands", ["tenant", "code"], registry=r)
         self.reports = Counter("ksched_attempt_reports_total", "attempt reports seen", ["kind"], registry=r)
@@ -96,12 +106,10 @@ class ProcessorMetrics:
             for (tenant, lane, sf), n in groups.items():
                 observe_many(self.schedule_lag.labels(tenant=tenant, lane=lane), max(0.0, clock - sf), n)
                 self.emitted.labels(tenant=tenant, lane=lane).inc(n)
-        if out.missed:
-            for ev in out.events:
-                if ev.state == "MISSED":
-                    self.missed.labels(tenant=ev.tenant).inc()
         for tenant, n in out.throttled.items():
             self.throttled.labels(tenant=tenant).inc(n)
+        for tenant, delay in out.throttle_delays:
+            self.throttle_delay.labels(tenant=tenant).observe(delay)
         self.watermark_lag_seconds.labels(shard=p).set(max(0.0, clock - shard.watermark()))
         self.due_backlog.labels(shard=p).set(shard.due_backlog(int(clock)))
         self.schedules.labels(shard=p).set(len(shard.entries))

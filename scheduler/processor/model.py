@@ -116,8 +116,10 @@ class Entry:
         "compiled",
         "created_at_ms",
         "effective_from",
+        "finished_at",
         "idempotency_key",
         "lane",
+        "last_request_id",
         "next_for",
         "paused_at_ms",
         "payload",
@@ -144,6 +146,8 @@ class Entry:
         created_at_ms: int = 0,
         paused_at_ms: int | None = None,
         resumed_at_ms: int | None = None,
+        last_request_id: str | None = None,
+        finished_at: int | None = None,
     ) -> None:
         self.schedule_id = schedule_id
         self.tenant = sys.intern(tenant)
@@ -158,6 +162,8 @@ class Entry:
         self.created_at_ms = created_at_ms
         self.paused_at_ms = paused_at_ms
         self.resumed_at_ms = resumed_at_ms
+        self.last_request_id = last_request_id  # of the last accepted change other than its create
+        self.finished_at = finished_at  # epoch s it became COMPLETED / CANCELED (retention), else None
         self.lane = Lane.FLEXIBLE if parts.policy.window_s > 0 else Lane.STRICT
         self.armed_at: int | None = None
         self.next_for: int | None = None

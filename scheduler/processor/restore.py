@@ -64,7 +64,8 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
                 st.undecodable += 1
                 log.error("shard %d: undecodable state record %r skipped: %s", p, m.key(), exc)
             return
-        if value is None:
+        if value is None:  # a purged schedule (its older record may not be compacted away yet)
+            shard.forget((m.key() or b"").decode())
             return
         try:
             shard.restore_entry(codec.decode_schedule_entry(value))

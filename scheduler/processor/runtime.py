@@ -23,17 +23,23 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from scheduler.kafka.clients import consumer_config, transactional_producer
+from scheduler.kafka.partitioner import partition_for
 from scheduler.processor import codec
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.model import Entry, Event
 from scheduler.processor.restore import restore_shards
-from scheduler.processor.shard import Shard, TickOutput
+from scheduler.processor.shard import CommandOutcome, Shard, TickOutput
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, load_tenants
 from scheduler.topology import topic_name
 
 log = logging.getLogger("ksched.processor")
+
+# A command record larger than this is refused before it is decoded: the schedules and history
+# records derived from it must stay under the producer's message limit (1 MB), or the tick's
+# transaction would fail on every retry. The spec's own payload bound is far below it.
+MAX_COMMAND_BYTES = 900_000
 
 FAILPOINTS = ("before_produce", "after_produce", "before_commit", "after_commit")
 
@@ -286,14 +292,20 @@ class Processor:
     def _restore(self, producers: dict[int, Producer], started: float) -> None:
         """Steps 2-3 of :meth:`_on_assign` for the shards of ``producers`` (initialised)."""
         shards = {
-            p: Shard(p, self.tenants, partitions=self.settings.partitions, lease_s=self.settings.lease_s)
+            p: Shard(
+                p,
+                self.tenants,
+                partitions=self.settings.partitions,
+                lease_s=self.settings.lease_s,
+                finished_retention_s=self.settings.finished_retention_s,
+            )
             for p in producers
         }
         stats = restore_shards(self.settings, shards)
         elapsed = time.monotonic() - started
         self.metrics.restore_wall_seconds.inc(elapsed)
         for p, shard in shards.items():
-            shard.finish_restore()
+            shard.finish_restore(int(self.clock()))
             self.metrics.restore_seconds.labels(shard=str(p)).set(elapsed)
             log.info(
                 "shard %d: restored %d schedules, %d state records; watermark %d",
@@ -361,7 +373,7 @@ class Processor:
             if out.dispatch:
                 self.failpoint.hit("after_produce")
             # 3. cursors and changed runtime state
-            wrote = bool(msgs or out.dispatch or out.events or out.completed)
+            wrote = bool(msgs or out.dispatch or out.events or out.completed or out.purged)
             for sid, view in shard.runtime_changes():
                 tenant = view and shard.entries[sid].tenant
                 value = codec.encode_runtime(sid, tenant or "", view, now)
@@ -437,33 +449,67 @@ class Processor:
         self.consumer.seek(TopicPartition(self.t_commands, p, max(committed.offset, 0)))
 
     def _apply_message(self, owned: OwnedShard, m: Message, now: int) -> None:
+        """Step 1 for one record of ``commands[p]``. A record that cannot be applied is answered
+        (a command: REJECTED with the reason) or counted (a report) and committed past: nothing a
+        client sends may raise out of the tick, abort it in a loop, or stall other tenants."""
         shard, producer, p = owned.shard, owned.producer, owned.partition.partition
+        raw = m.value() or b""
         try:
-            decoded = codec.decode_command_topic(m.value() or b"")
+            if len(raw) > MAX_COMMAND_BYTES:
+                raise codec.RecordDecodeError(
+                    f"record of {len(raw)} bytes is over the command limit of {MAX_COMMAND_BYTES} bytes: "
+                    "keep the payload under the spec's payload limit"
+                )
+            decoded = codec.decode_command_topic(raw)
         except codec.RecordDecodeError as exc:
             self.metrics.rejected.labels(tenant="?", code="UNDECODABLE").inc()
             rid = f"undecodable-{p}-{m.offset()}"
-            _produce(
-                producer, self.t_results, codec.encode_undecodable_result(rid, str(exc), now), rid.encode()
-            )
+            key = m.key()
+            value = codec.encode_undecodable_result(rid, p, m.offset() or 0, key, str(exc), now)
+            _produce(producer, self.t_results, value, rid.encode())
             return
         if isinstance(decoded, codec.AttemptReport):
             self.metrics.reports.labels(kind=decoded.kind).inc()
-            res = codec.apply_report(shard, decoded, now)
+            home = partition_for(decoded.schedule_id.encode(), self.settings.partitions)
+            if home != p:
+                self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
+                log.warning("report %s %s came on partition %d, not its schedule's %d: ignored",
+                            decoded.kind, decoded.occurrence_id, p, home)
+                return
+            try:
+                res = codec.apply_report(shard, decoded, now)
+            except Exception:  # a bug must not turn one report into a crash loop of the shard
+                log.exception("report %s %s not applied: ignored", decoded.kind, decoded.occurrence_id)
+                self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
+                return
             if res.ignored is not None:
                 self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
                 log.debug("report %s %s ignored: %s", decoded.kind, decoded.occurrence_id, res.ignored)
             self._write_lifecycle(owned, res.events, res.dead, now)
             return
-        outcome = codec.apply_command(shard, decoded, now)
+        try:
+            outcome = codec.apply_command(shard, decoded, now)
+        except Exception as exc:  # a bug must not turn one command into a crash loop of the shard
+            log.exception("command %s could not be applied", decoded.request_id[:100])
+            outcome = CommandOutcome(
+                decoded.request_id[: codec.MAX_ID_CHARS], decoded.tenant[: codec.MAX_ID_CHARS],
+                decoded.schedule_id or "", False, code="INTERNAL", kind=decoded.kind,
+                reason=f"the processor could not apply this command ({type(exc).__name__}: {exc}); "
+                "it is in the processor's log: please report it",
+            )
         _produce(producer, self.t_results, codec.encode_result(outcome, now), outcome.request_id.encode())
         if not outcome.accepted:
-            self.metrics.rejected.labels(tenant=outcome.tenant, code=outcome.code or "?").inc()
+            tenant = self._tenant_label(outcome.tenant)
+            self.metrics.rejected.labels(tenant=tenant, code=outcome.code or "?").inc()
             return
         if outcome.entry is None:
             return  # idempotent replay: nothing changed
         self._write_schedule_change(owned, outcome.entry, outcome.kind, outcome.request_id, now)
         self._write_lifecycle(owned, outcome.events, [], now)
+
+    def _tenant_label(self, tenant: str) -> str:
+        """A metric label for ``tenant``: unregistered names collapse to one value (bounded labels)."""
+        return tenant if tenant in self.tenants else "?"
 
     def _write_schedule_change(
         self, owned: OwnedShard, entry: Entry, kind: str, request_id: str, now: int
@@ -481,7 +527,9 @@ class Processor:
         producer, p, shard = owned.producer, owned.partition.partition, owned.shard
         for ev in events:
             _produce(producer, self.t_events, codec.encode_event(ev, now), ev.schedule_id.encode(), p)
-            if ev.state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
+            if ev.state == "MISSED":
+                self.metrics.missed.labels(tenant=ev.tenant).inc()
+            elif ev.state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
                 self.metrics.lifecycle.labels(tenant=ev.tenant, state=ev.state).inc()
         for a in dead:
             _produce(
@@ -512,4 +560,10 @@ class Processor:
         self._write_lifecycle(owned, out.events, out.dead, int(clock))
         for entry in out.completed:
             self._write_schedule_change(owned, entry, "COMPLETE", f"complete-{entry.schedule_id}", int(clock))
+        for entry in out.purged:
+            # Tombstones: the compacted topics forget the schedule (the history topic keeps its story).
+            key = entry.schedule_id.encode()
+            _produce(producer, self.t_schedules, None, key, p)
+            _produce(producer, topic_name(self.settings, "versions", entry.tenant), None, key, p)
+            _produce(producer, self.t_state, None, key, p)
         producer.poll(0)

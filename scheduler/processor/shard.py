@@ -9,12 +9,14 @@ atomically with the cursor they move.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from scheduler.domain import ScheduleSpec, SpecError, occurrence_id
-from scheduler.domain.ids import jitter_within_s
+from scheduler.domain import ScheduleSpec, SpecError, occurrence_id, schedule_id_for
+from scheduler.domain.ids import jitter_within_s, new_schedule_id
+from scheduler.kafka.partitioner import partition_for
 from scheduler.processor.attempts import Attempt, Attempts
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.lifecycle import admit, attempt_event, emit_retries
@@ -23,6 +25,7 @@ from scheduler.processor.model import (
     CANCELED,
     COMPLETED,
     PAUSED,
+    TERMINAL,
     Entry,
     Event,
     Lane,
@@ -31,10 +34,15 @@ from scheduler.processor.model import (
     spec_parts,
 )
 from scheduler.processor.quotas import TokenBucket
+from scheduler.processor.recent import Applied, RecentRequests
 from scheduler.tenants import Tenant
 
 _CATCH_UP = int(Lane.CATCH_UP)
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
+# A one-time schedule created or updated with a time further back than this (plus its max_lateness_s)
+# is refused: firing it would surprise more often than it helps (docs/schedules.md).
+PAST_ONCE_LIMIT_S = 86_400
+PURGE_PER_TICK = 1_000  # finished schedules dropped per tick: keeps a mass expiry's transactions short
 
 
 def jittered(oid: str, scheduled_for: int, window_s: int, next_for: int | None) -> int:
@@ -71,9 +79,11 @@ class TickOutput:
     dispatch: list[Occurrence] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     completed: list[Entry] = field(default_factory=list)  # schedules that reached COMPLETED
-    throttled: dict[str, int] = field(default_factory=dict)
+    throttled: dict[str, int] = field(default_factory=dict)  # occurrences emitted late by a quota
+    throttle_delays: list[tuple[str, int]] = field(default_factory=list)  # (tenant, seconds) of each
     missed: int = 0
     dead: list[Attempt] = field(default_factory=list)  # occurrences declared DEAD (to the DLQ)
+    purged: list[Entry] = field(default_factory=list)  # finished schedules past retention: tombstones
 
 
 @dataclass(slots=True)
@@ -97,9 +107,12 @@ class Shard:
         *,
         partitions: int,
         lease_s: int = 30,
+        finished_retention_s: int = 7 * 86_400,
     ) -> None:
         self.shard_id = shard_id
         self.lease_s = lease_s
+        self.finished_retention_s = finished_retention_s
+        self._finished: list[tuple[int, str]] = []  # heap of (finished_at, schedule_id): purge order
         self.attempts = Attempts()
         self.released: list[tuple[str, str, int, int]] = []  # QUEUE_ONE (sid, oid, version, f) to emit
         self._retry_buckets: dict[str, TokenBucket] = {}
@@ -119,6 +132,10 @@ class Shard:
         self._trigger: dict[str, TokenBucket] = {}
         self._catchup_rate: dict[str, TokenBucket] = {}
         self._prep: Iterator[Entry] | None = None
+        self.recent = RecentRequests()
+        self.ticked_at = 0  # the last tick's now: the watermark of a shard with no lanes
+        self._catch_up_throttled: dict[str, int] = {}  # tenant -> since when its quota holds it back
+        self.retry_throttled: dict[str, int] = {}  # occurrence id -> since when the retry budget holds it
 
     # -- queues -----------------------------------------------------------------
     def queue(self, tenant: str, lane: Lane) -> LaneQueue:
@@ -136,7 +153,7 @@ class Shard:
     def watermark(self) -> int:
         """The shard watermark: the least cursor time over its tenants' lanes."""
         cm = self.cursor_map()
-        return min((c[0] for c in cm.values()), default=0)
+        return min((c[0] for c in cm.values()), default=self.ticked_at)
 
     # -- arming -----------------------------------------------------------------
     def _occurrence_at(self, e: Entry, f: int) -> tuple[str, int, int | None]:
@@ -274,12 +291,62 @@ class Shard:
         self.entries[e.schedule_id] = e
         if e.state in (ACTIVE, PAUSED):
             self.active_count[e.tenant] = self.active_count.get(e.tenant, 0) + 1
+        if e.last_request_id is not None:
+            self.recent.remember(e.last_request_id, Applied(e.schedule_id, e.tenant, "", e.version))
+        if e.state in TERMINAL:
+            self.finished(e, e.finished_at or e.effective_from)
 
-    def finish_restore(self) -> None:
-        """Arm every active schedule from the restored cursors."""
+    def forget(self, schedule_id: str) -> Entry | None:
+        """Drop a schedule from the shard (a tombstone read in restore, or a purge)."""
+        e = self.entries.pop(schedule_id, None)
+        if e is not None:
+            self._disarm(e)
+            if e.state in (ACTIVE, PAUSED):
+                self.active_count[e.tenant] -= 1
+        return e
+
+    # -- retention of finished schedules ---------------------------------------------
+    def finished(self, e: Entry, at: int) -> None:
+        """``e`` reached COMPLETED or CANCELED at ``at``: it is purged ``finished_retention_s`` later."""
+        e.finished_at = at
+        heapq.heappush(self._finished, (at, e.schedule_id))
+
+    def purge(self, now: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` finished schedules whose retention ran out, dropped from the shard; the
+        caller tombstones their records. One still busy (an attempt in flight, late work
+        queued) is looked at again a minute later: retention counts from when nothing of it is
+        left to run."""
+        out: list[Entry] = []
+        heap, keep = self._finished, self.finished_retention_s
+        while heap and heap[0][0] + keep <= now and len(out) < limit:
+            at, sid = heapq.heappop(heap)
+            e = self.entries.get(sid)
+            if e is None or e.finished_at != at or e.state not in TERMINAL:
+                continue  # revived by an update, finished again later, or gone
+            if self._busy(sid):
+                self.finished(e, now - keep + 60)
+                continue
+            self.forget(sid)
+            out.append(e)
+        return out
+
+    def _busy(self, sid: str) -> bool:
+        at = self.attempts
+        return (
+            bool(at.of_schedule(sid))
+            or sid in at.queued
+            or sid in self.catch_up_span
+            or any(r[0] == sid for r in self.released)
+        )
+
+    def finish_restore(self, now: int = 0) -> None:
+        """Arm every active schedule from the restored cursors; ``now`` dates the completion of
+        those that turn out to have no fire time left."""
         for e in self.entries.values():
             if e.state == ACTIVE and not self.arm_from(e, -1):
                 e.state = COMPLETED
+                self.active_count[e.tenant] -= 1
+                self.finished(e, now or e.effective_from)
         for sid, view in sorted(self.restored_runtime.items()):
             owner = self.entries.get(sid)
             if owner is None or owner.version != view.version or owner.state not in (ACTIVE, COMPLETED):
@@ -318,7 +385,7 @@ class Shard:
         kind: str,
         request_id: str,
         tenant: str,
-        schedule_id: str,
+        schedule_id: str | None,
         idempotency_key: str | None,
         expected_version: int | None,
         spec: ScheduleSpec | None,
@@ -329,19 +396,86 @@ class Shard:
 
         The new state takes effect from ``max(issued_at, lane cursor)``: a create
         fires only at times after it was issued, an update's new version only
-        after the update (DESIGN.md §4).
+        after the update (DESIGN.md §4). A one-time schedule whose time has
+        already passed is a late occurrence: the misfire policy decides
+        (:meth:`_late_once`). A command whose ``request_id`` was already applied
+        is answered as it was, and changes nothing (:class:`RecentRequests`).
         """
         rej = self._reject
+        sid = schedule_id or ""
+        done = self.recent.get(request_id) if kind != "CREATE" else None
+        if done is not None and done.schedule_id == sid and done.kind in (kind, ""):
+            return CommandOutcome(
+                request_id, done.tenant, done.schedule_id, True, version=done.version, kind=kind,
+                reason=f"request {request_id} was already applied (replay): nothing changed",
+            )
         t = self.tenants.get(tenant)
         if t is None:
             return rej(
                 kind,
                 request_id,
                 tenant,
-                schedule_id,
+                sid,
                 "UNKNOWN_TENANT",
                 f"tenant {tenant!r} is not registered: run `ksched tenants add {tenant}`",
             )
+        if not schedule_id:
+            if kind != "CREATE":
+                return rej(kind, request_id, tenant, "", "INVALID_COMMAND",
+                           f"schedule_id is required for {kind}")
+            schedule_id = self._new_id(tenant, idempotency_key)
+        elif kind == "CREATE" and idempotency_key is not None:
+            expected_id = schedule_id_for(tenant, idempotency_key)
+            if schedule_id != expected_id:
+                return rej(
+                    kind, request_id, tenant, schedule_id, "INVALID_COMMAND",
+                    f"schedule_id {schedule_id} is not the id derived from tenant {tenant!r} and "
+                    f"idempotency_key {idempotency_key!r} ({expected_id}): derive it with "
+                    "scheduler.domain.schedule_id_for, or send schedule_id null",
+                )
+        owner = partition_for(schedule_id.encode(), self.partitions)
+        if owner != self.shard_id:
+            return rej(
+                kind, request_id, tenant, schedule_id, "WRONG_PARTITION",
+                f"schedule {schedule_id} belongs to partition {owner}, but the command came on "
+                f"partition {self.shard_id}: key the record by its schedule_id and use the "
+                "murmur2_random partitioner (docs/contract.md)",
+            )
+        outcome = self._apply(
+            kind=kind, request_id=request_id, t=t, tenant=tenant, schedule_id=schedule_id,
+            idempotency_key=idempotency_key, expected_version=expected_version, spec=spec,
+            issued_at=issued_at, now=now,
+        )
+        if outcome.entry is not None and kind != "CREATE":  # a create's replay: by its key and spec
+            self.recent.remember(request_id, Applied(schedule_id, tenant, kind, outcome.version))
+            outcome.entry.last_request_id = request_id
+        return outcome
+
+    def _new_id(self, tenant: str, key: str | None) -> str:
+        """The id of a CREATE sent with a null ``schedule_id``: derived from (tenant, key), or a
+        random one that belongs to this shard (the record had no schedule id to be keyed by)."""
+        if key is not None:
+            return schedule_id_for(tenant, key)
+        while True:
+            sid = new_schedule_id()
+            if partition_for(sid.encode(), self.partitions) == self.shard_id:
+                return sid
+
+    def _apply(
+        self,
+        *,
+        kind: str,
+        request_id: str,
+        t: Tenant,
+        tenant: str,
+        schedule_id: str,
+        idempotency_key: str | None,
+        expected_version: int | None,
+        spec: ScheduleSpec | None,
+        issued_at: int,
+        now: int,
+    ) -> CommandOutcome:
+        rej = self._reject
         e = self.entries.get(schedule_id)
         if e is not None and e.tenant != tenant:
             return rej(
@@ -358,32 +492,19 @@ class Shard:
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", f"{kind} needs a spec")
             try:
                 parts = spec_parts(spec)
-            except SpecError as exc:
+            except (SpecError, ValueError, OverflowError) as exc:
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", str(exc))
         effective = min(max(issued_at, now - 300), now + 300)  # clamp client clock skew to ±5 min
+        if parts is not None and parts.compiled.kind == "once":
+            # A one-time job's time is its own: a client clock running ahead must not skip it.
+            effective = min(effective, now)
+            too_old = self._too_old_once(parts, now)
+            if too_old is not None:
+                return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", too_old)
         if kind == "CREATE":
             assert spec is not None and parts is not None
             if e is not None:
-                if e.version > 1 or e.spec() == spec:
-                    # Idempotent replay of a create: answer with the schedule as it is.
-                    return CommandOutcome(
-                        request_id,
-                        tenant,
-                        schedule_id,
-                        True,
-                        version=e.version,
-                        kind=kind,
-                        reason="already exists",
-                    )
-                return rej(
-                    kind,
-                    request_id,
-                    tenant,
-                    schedule_id,
-                    "CONFLICT",
-                    f"schedule {schedule_id} already exists with a different spec; "
-                    "use update, or another idempotency key",
-                )
+                return self._create_again(e, request_id, spec, idempotency_key)
             limit = -(-t.max_schedules // self.partitions)
             if self.active_count.get(tenant, 0) >= limit:
                 return rej(
@@ -408,10 +529,10 @@ class Shard:
             )
             self.entries[schedule_id] = e
             self.active_count[tenant] = self.active_count.get(tenant, 0) + 1
-            if not self.arm_from(e, effective):
-                e.state = COMPLETED
-                self.active_count[tenant] -= 1
-            return CommandOutcome(request_id, tenant, schedule_id, True, version=1, kind=kind, entry=e)
+            return CommandOutcome(
+                request_id, tenant, schedule_id, True, version=1, kind=kind, entry=e,
+                events=self._arm_new(e, effective, now),
+            )
         if e is None:
             return rej(
                 kind,
@@ -465,9 +586,8 @@ class Shard:
             self.entries[schedule_id] = new
             if not was_counted:
                 self.active_count[tenant] = self.active_count.get(tenant, 0) + 1
-            if new.state == ACTIVE and not self.arm_from(new, effective):
-                new.state = COMPLETED
-                self.active_count[tenant] -= 1
+            if new.state == ACTIVE:
+                events += self._arm_new(new, effective, now)
             return CommandOutcome(
                 request_id,
                 tenant,
@@ -495,6 +615,7 @@ class Shard:
                 if not self.arm_from(e, e.effective_from):
                     e.state = COMPLETED
                     self.active_count[tenant] -= 1
+                    self.finished(e, now)
             return CommandOutcome(
                 request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e
             )
@@ -504,10 +625,85 @@ class Shard:
             e.state = CANCELED
             if was_counted:
                 self.active_count[tenant] -= 1
+            self.finished(e, now)
             return CommandOutcome(
                 request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e, events=events
             )
         return rej(kind, request_id, tenant, schedule_id, "INVALID_COMMAND", f"kind {kind!r} is unknown")
+
+    def _create_again(
+        self, e: Entry, request_id: str, spec: ScheduleSpec, key: str | None
+    ) -> CommandOutcome:
+        """A CREATE of a schedule id that exists (the same idempotency key, docs/schedules.md):
+        the same spec as the current version is a replay, answered with the schedule as it is;
+        a canceled schedule's key is never reused; another spec is a conflict."""
+        sid, tenant = e.schedule_id, e.tenant
+        if e.state == CANCELED:
+            return self._reject(
+                "CREATE", request_id, tenant, sid, "TERMINAL",
+                f"schedule {sid} (idempotency_key {key!r}) was canceled at version {e.version}; "
+                "a key is never reused: create with another idempotency key",
+            )
+        if e.spec() != spec:
+            return self._reject(
+                "CREATE", request_id, tenant, sid, "CONFLICT",
+                f"schedule {sid} (idempotency_key {key!r}) already exists at version {e.version} with "
+                f"a different spec: update it (expected_version {e.version}) or use another key",
+            )
+        return CommandOutcome(
+            request_id, tenant, sid, True, version=e.version, kind="CREATE",
+            reason=f"already exists: version {e.version}, {e.state}",
+        )
+
+    @staticmethod
+    def _too_old_once(parts: SpecParts, now: int) -> str | None:
+        """Why a one-time spec is refused for being too far in the past, or None."""
+        at = parts.compiled.at_epoch
+        if at is None or now - at <= PAST_ONCE_LIMIT_S + parts.policy.max_lateness_s:
+            return None
+        return (
+            f"at: {parts.base.at} ({parts.base.timezone}) is more than {PAST_ONCE_LIMIT_S // 3600} h "
+            "(plus max_lateness_s) in the past: give a time in the future, or now to run it at once"
+        )
+
+    def _arm_new(self, e: Entry, after: int, now: int) -> list[Event]:
+        """Arm a created or updated version at its first fire time after ``after``.
+
+        A one-time schedule whose time is at or before ``after`` is a late
+        occurrence like any other: within ``max_lateness_s`` it is emitted by
+        the next tick (this is "run once, now"); beyond it the misfire policy
+        decides (SKIP: MISSED; FIRE_ONCE, CATCH_UP: emitted). Either way its
+        fate is recorded; the schedule has no further fire time (COMPLETED).
+        Returns the events to record.
+        """
+        if self.arm_from(e, after):
+            return []
+        e.state = COMPLETED
+        self.active_count[e.tenant] -= 1
+        self.finished(e, now)
+        at = e.compiled.at_epoch
+        if at is None or e.compiled.next_after_epoch(at - 1) != at:
+            return []  # a cron schedule past its end, or a one-time outside its bounds
+        out = TickOutput()
+        avail = self._available(e, at)
+        if now - avail <= e.policy.max_lateness_s:
+            self._queue_catch_up(e, [(at, avail)])
+        else:
+            self._misfire(e, at, now, out)
+        return out.events
+
+    def _queue_catch_up(self, e: Entry, late: list[tuple[int, int]]) -> None:
+        """Queue ``e``'s late occurrences ``(scheduled_for, available_at)`` on the catch-up lane;
+        the span is persisted on ``ksched.state`` until they are emitted."""
+        self.catch_up_span[e.schedule_id] = (late[0][0], late[-1][0])
+        self.runtime_dirty.add(e.schedule_id)
+        cq = self.catch_up.setdefault(e.tenant, deque())
+        for sf, avail in late:
+            cq.append(
+                Occurrence(
+                    e.schedule_id, e.tenant, e.version, sf, avail, _CATCH_UP, e.base.handler, e.payload
+                )
+            )
 
     def _drop_pending(self, e: Entry, reason: str, state: str = "CANCELED") -> list[Event]:
         """Drop the schedule's waiting work — catch-up occurrences, retries, the QUEUE_ONE
@@ -544,9 +740,12 @@ class Shard:
 
     # -- the tick ---------------------------------------------------------------
     def _bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: float) -> TokenBucket:
+        """The shard's token bucket for ``tenant`` in ``buckets``, at this shard's share of the
+        tenant's cluster-wide ``rate``: ``rate / partitions`` (docs/schedules.md, quotas)."""
+        share = rate / self.partitions
         b = buckets.get(tenant)
-        if b is None or b.rate != rate:
-            b = TokenBucket(rate, burst=max(int(rate), 1))
+        if b is None or b.rate != share:
+            b = TokenBucket(share, burst=max(int(share), 1))
             buckets[tenant] = b
         return b
 
@@ -555,8 +754,12 @@ class Shard:
 
         Round-robin across tenants within a lane, each within its trigger-rate
         quota (catch-up: catch-up rate). At most ``budget`` dispatches; what is
-        left stays due for the next tick (throttled work is delayed, never dropped).
+        left stays due for the next tick. Throttled work is delayed, never
+        dropped: from the tick a tenant's quota first holds a lane back, that
+        lane's lateness is measured at that tick, not now (``LaneQueue.throttled_from``),
+        so waiting for one's own quota never turns an occurrence MISSED.
         """
+        self.ticked_at = now
         out = TickOutput()
         tenants = sorted({t for t, _ in self.queues} | set(self.catch_up))
         for lane in (Lane.STRICT, Lane.FLEXIBLE):
@@ -568,46 +771,72 @@ class Shard:
                     quota = self.tenants.get(tenant)
                     rate = quota.trigger_rate_per_s if quota else 0
                     bucket = self._bucket(self._trigger, tenant, rate)
-                    allowed = min(share, budget, bucket.available(clock))
                     q = self.queues[(tenant, lane)]
-                    if allowed <= 0:
-                        nd = q.next_due()
-                        if nd is not None and nd <= now:
-                            out.throttled[tenant] = out.throttled.get(tenant, 0) + 1
-                        continue
-                    taken = q.take(now, allowed)
-                    emitted = self._fire(taken, now, out)
-                    bucket.spend(emitted, clock)
-                    budget -= len(taken)
+                    allowed = min(share, budget, bucket.available(clock))
+                    if allowed > 0:
+                        taken = q.take(now, allowed)
+                        bucket.spend(self._fire(taken, now, out, q.throttled_from), clock)
+                        budget -= len(taken)
+                    else:
+                        taken = []
                     nd = q.next_due()
-                    if taken and nd is not None and nd <= now:
+                    if nd is None or nd > now:
+                        q.throttled_from = None
+                    elif bucket.available(clock) <= 0:
+                        if q.throttled_from is None:
+                            q.throttled_from = now
+                    elif taken:
                         still.append(tenant)
                 active = still
         for tenant in tenants:
             cq = self.catch_up.get(tenant)
-            if not cq or budget <= 0:
+            if not cq:
+                self._catch_up_throttled.pop(tenant, None)
+                continue
+            if budget <= 0:
                 continue
             quota = self.tenants.get(tenant)
             bucket = self._bucket(self._catchup_rate, tenant, quota.catch_up_rate_per_s if quota else 0)
-            n = min(budget, bucket.available(clock), len(cq))
-            if n < len(cq):
-                out.throttled[tenant] = out.throttled.get(tenant, 0) + len(cq) - n
+            tokens = bucket.available(clock)
+            n = min(budget, tokens, len(cq))
+            since = self._catch_up_throttled.get(tenant)
             for _ in range(n):
                 occ = cq.popleft()
                 out.dispatch.append(occ)
                 self._caught_up(occ)
+                if since is not None and now > since:
+                    self.record_throttled(out, occ, now - since, "catch_up_rate_per_s")
             bucket.spend(n, clock)
             budget -= n
+            if cq and n == tokens and since is None:
+                self._catch_up_throttled[tenant] = now  # held back by the quota, not the tick budget
         budget = emit_retries(self, now, budget, clock, out)
+        out.purged = self.purge(now, PURGE_PER_TICK)
         # Idle lanes' cursors follow time so the watermark advances.
         for q in self.queues.values():
             if q.next_due() is None or (q.next_due() or 0) > now:
                 q.take(now, 0)
         return out
 
-    def _fire(self, taken: Iterable[object], now: int, out: TickOutput) -> int:
-        """Give each taken entry its fate and re-arm it; returns the number emitted on time."""
+    def record_throttled(self, out: TickOutput, occ: Occurrence, delay_s: int, quota: str) -> None:
+        """Record that ``occ`` was emitted ``delay_s`` late because of its tenant's ``quota``."""
+        out.throttled[occ.tenant] = out.throttled.get(occ.tenant, 0) + 1
+        out.throttle_delays.append((occ.tenant, delay_s))
+        out.events.append(
+            Event(
+                occ.occurrence_id, occ.schedule_id, occ.tenant, occ.version, occ.scheduled_for, "ENQUEUED",
+                f"throttled: delayed {delay_s}s by the tenant's {quota} quota", occ.attempt,
+            )
+        )
+
+    def _fire(self, taken: Iterable[object], now: int, out: TickOutput, throttled_from: int | None) -> int:
+        """Give each taken entry its fate and re-arm it; returns the number emitted on time.
+
+        Lateness is measured at ``throttled_from`` when the lane has been held back by its
+        tenant's quota since then (time spent throttled is not a misfire), else at ``now``.
+        """
         emitted = 0
+        ref = now if throttled_from is None else min(now, throttled_from)
         for obj in taken:
             e: Entry = obj  # type: ignore[assignment]
             f = e.next_for
@@ -615,32 +844,34 @@ class Shard:
                 continue
             pol = e.policy
             avail = self._available(e, f) if pol.window_s else f
-            if now - avail > pol.max_lateness_s:
-                nxt = self._misfire(e, f, now, out)
+            if ref - avail > pol.max_lateness_s:
+                nxt = self._misfire(e, f, ref, out)
             elif pol.overlap != "ALLOW" and not admit(self, e, f, avail, out):
                 nxt = e.compiled.next_after_epoch(f)
             else:
-                out.dispatch.append(
-                    Occurrence(
-                        e.schedule_id,
-                        e.tenant,
-                        e.version,
-                        f,
-                        avail,
-                        int(e.lane),
-                        e.base.handler,
-                        e.payload,
-                        1,
-                        e.prepared,
-                    )
+                occ = Occurrence(
+                    e.schedule_id,
+                    e.tenant,
+                    e.version,
+                    f,
+                    avail,
+                    int(e.lane),
+                    e.base.handler,
+                    e.payload,
+                    1,
+                    e.prepared,
                 )
+                out.dispatch.append(occ)
                 emitted += 1
+                if throttled_from is not None and now > max(avail, throttled_from):
+                    self.record_throttled(out, occ, now - max(avail, throttled_from), "trigger_rate_per_s")
                 nxt = e.compiled.next_after_epoch(f)
             e.prepared = None
             if nxt is None:
                 e.next_for = None
                 e.state = COMPLETED
                 self.active_count[e.tenant] -= 1
+                self.finished(e, now)
                 out.completed.append(e)
             else:
                 e.next_for = nxt
@@ -686,20 +917,5 @@ class Shard:
                 # One backlog per schedule, always its latest late occurrences: the older pending
                 # ones are recorded MISSED (the span persisted on ksched.state stays one range).
                 out.events += self._drop_pending(e, "superseded by a later misfire", "MISSED")
-            self.catch_up_span[e.schedule_id] = (late[cut][1], late[-1][1])
-            self.runtime_dirty.add(e.schedule_id)
-            cq = self.catch_up.setdefault(e.tenant, deque())
-            for _oid, sf, avail in late[cut:]:
-                cq.append(
-                    Occurrence(
-                        e.schedule_id,
-                        e.tenant,
-                        e.version,
-                        sf,
-                        avail,
-                        _CATCH_UP,
-                        e.base.handler,
-                        e.payload,
-                    )
-                )
+            self._queue_catch_up(e, [(sf, avail) for _oid, sf, avail in late[cut:]])
         return cur

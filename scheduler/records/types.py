@@ -157,6 +157,7 @@ class Schedule:
     idempotency_key: str | None = None
     paused_at_ms: int | None = None
     resumed_at_ms: int | None = None
+    last_request_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
