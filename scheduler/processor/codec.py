@@ -218,7 +218,7 @@ def decode_schedule_entry(value: bytes) -> Entry:
     payload = spec.pop("payload")
     try:
         parts = _parts_of(spec)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise RecordDecodeError(f"schedule {s['schedule_id']}: invalid spec: {exc}") from None
     return Entry(
         schedule_id=s["schedule_id"],
@@ -241,7 +241,7 @@ def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) 
     if cmd.spec is not None:
         try:
             spec = cmd.spec.to_domain()
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             return CommandOutcome(
                 cmd.request_id,
                 cmd.tenant,
