@@ -194,6 +194,23 @@ def check_payload(v: bytes) -> bytes:
     return v
 
 
+def check_field(name: str, v: object) -> None:
+    """The checks of one field that need no other field (numeric ranges, payload size).
+
+    Lets a patch be refused before the current spec is read; the full
+    :class:`~scheduler.domain.spec.ScheduleSpec` check still runs on the result.
+    """
+    if v is None:
+        return
+    if name in NUMERIC:
+        if isinstance(NUMERIC[name].hi, float):
+            check_float(name, v)
+        else:
+            check_int(name, v)
+    elif name == "payload" and isinstance(v, bytes | str):
+        check_payload(v.encode() if isinstance(v, str) else v)
+
+
 # Tenant names: the same rule as the tenant registry (scheduler.tenants) and the ACL prefixes.
 TENANT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

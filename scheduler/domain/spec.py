@@ -170,6 +170,25 @@ class ScheduleSpec:
     def replace(self, **changes: Any) -> ScheduleSpec:
         return dataclasses.replace(self, **changes)
 
+    def patched(self, **changes: Any) -> ScheduleSpec:
+        """This spec with only ``changes`` applied: the PATCH of an update (every other field kept).
+
+        Values take the forms :meth:`from_dict` accepts (ISO strings for ``start``/``end``,
+        ``str`` payloads). Giving ``cron`` (not None) without ``kind`` makes the spec a cron
+        schedule and clears ``at``; giving ``at`` makes it a one-time schedule and clears
+        ``cron``. Unknown fields and an empty change set are a :class:`SpecError`.
+        """
+        if not changes:
+            raise SpecError("spec", changes, "no field to change was given")
+        merged = self.to_dict()
+        if "kind" not in changes:
+            if changes.get("cron") is not None:
+                merged.update(kind="cron", at=None)
+            elif changes.get("at") is not None:
+                merged.update(kind="once", cron=None)
+        merged.update(changes)
+        return ScheduleSpec.from_dict(merged)
+
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
