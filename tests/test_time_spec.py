@@ -128,3 +128,20 @@ def test_spec_error_attributes_and_pickle() -> None:
     assert isinstance(e, ValueError)
     e2 = pickle.loads(pickle.dumps(e))
     assert str(e2) == "day-of-week: 8 is out of range 0-7" and e2.field == "day-of-week"
+
+
+def test_spec_patched_changes_only_the_given_fields() -> None:
+    s = make(nonexistent="shift", repeated="all", payload=b"p", overlap="QUEUE_ONE",
+             start="2026-01-01T00:00+00:00", max_runs=5)
+    p = s.patched(handler="other")
+    assert p == s.replace(handler="other")
+    once = s.patched(at="2027-01-01T09:00")  # giving `at` makes it one-time and clears cron
+    assert (once.kind, once.cron, once.at, once.overlap) == ("once", None, "2027-01-01T09:00", "QUEUE_ONE")
+    assert once.patched(cron="0 9 * * *").kind == "cron"
+    assert s.patched(max_runs=None, payload=None).max_runs is None
+    with pytest.raises(SpecError, match=r"^colour: unknown field"):
+        s.patched(colour="red")
+    with pytest.raises(SpecError, match=r"^spec: no field to change"):
+        s.patched()
+    with pytest.raises(SpecError, match=r"^retry_max_attempts: "):
+        s.patched(retry_max_attempts=1000)
