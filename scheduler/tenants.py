@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import tempfile
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+from scheduler.domain.bounds import TENANT_NAME
+
+_NAME = TENANT_NAME  # one rule for the registry, the SDK and the CLI
 
 
 class TenantError(ValueError):

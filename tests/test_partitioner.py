@@ -27,6 +27,11 @@ def test_murmur2_matches_kafkas_test_vectors() -> None:
     assert {k: murmur2(k.encode()) for k in VECTORS} == VECTORS
 
 
+def test_an_empty_key_has_no_partition() -> None:
+    with pytest.raises(ValueError, match="empty key"):
+        partition_for(b"", 4)
+
+
 @pytest.mark.kafka
 def test_partition_for_agrees_with_the_producers_partitioner(kafka_settings: Settings) -> None:
     topic = f"{kafka_settings.namespace}.partitioner-{secrets.token_hex(3)}"

@@ -221,7 +221,7 @@ def test_time_max_runs_needs_start() -> None:
     assert str(info.value) == "max_runs: requires start (runs are counted from start)"
     with pytest.raises(SpecError) as info:
         compile_spec(spec(max_runs=100_001, start=u(2026, 1, 1)))
-    assert str(info.value) == "max_runs: 100001 is out of range 1-100000"
+    assert str(info.value) == "max_runs: 100001 is out of range 1-100000 runs"
 
 
 def test_time_once_outside_bounds_is_rejected() -> None:

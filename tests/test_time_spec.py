@@ -72,22 +72,26 @@ def test_spec_is_frozen_and_kw_only() -> None:
         ({"start": 5}, "start: 5 is not a datetime"),
         ({"start": "2026-02-01T00:00Z", "end": "2026-01-01T00:00Z"},
          "end: end 2026-01-01T00:00:00+00:00 is before start 2026-02-01T00:00:00+00:00"),
-        ({"max_runs": 0}, "max_runs: 0 is out of range >= 1"),
-        ({"max_runs": True}, "max_runs: True is not an integer"),
-        ({"window_minutes": -1}, "window_minutes: -1 is out of range 0-1440"),
-        ({"window_minutes": 1441}, "window_minutes: 1441 is out of range 0-1440"),
-        ({"window_minutes": 1.5}, "window_minutes: 1.5 is not an integer"),
-        ({"catch_up_limit": -1}, "catch_up_limit: -1 is out of range >= 0"),
+        ({"max_runs": 0}, "max_runs: 0 is out of range 1-100000 runs"),
+        ({"max_runs": True}, "max_runs: True is not an integer (allowed: >= 1 and <= 100000 runs)"),
+        ({"window_minutes": -1}, "window_minutes: -1 is out of range 0-1440 minutes (1 day)"),
+        ({"window_minutes": 1441}, "window_minutes: 1441 is out of range 0-1440 minutes (1 day)"),
+        ({"window_minutes": 1.5},
+         "window_minutes: 1.5 is not an integer (allowed: >= 0 and <= 1440 minutes (1 day))"),
+        ({"catch_up_limit": -1}, "catch_up_limit: -1 is out of range 0-10000 occurrences"),
         ({"misfire": "CATCH_UP"}, "catch_up_limit: must be >= 1 when misfire is 'CATCH_UP'"),
-        ({"max_lateness_s": -5}, "max_lateness_s: -5 is out of range >= 0"),
-        ({"retry_max_attempts": 0}, "retry_max_attempts: 0 is out of range >= 1"),
-        ({"retry_backoff_base_s": 0}, "retry_backoff_base_s: 0 must be > 0"),
-        ({"retry_backoff_base_s": "1"}, "retry_backoff_base_s: '1' is not a number"),
-        ({"retry_backoff_cap_s": float("inf")}, "retry_backoff_cap_s: inf is not a finite number"),
+        ({"max_lateness_s": -5}, "max_lateness_s: -5 is out of range 0-604800 seconds (7 days)"),
+        ({"retry_max_attempts": 0},
+         "retry_max_attempts: 0 is out of range 1-100 attempts, the first included"),
+        ({"retry_backoff_base_s": 0}, "retry_backoff_base_s: 0 must be > 0 and <= 604800 seconds"),
+        ({"retry_backoff_base_s": "1"},
+         "retry_backoff_base_s: '1' is not a number (allowed: > 0 and <= 604800 seconds)"),
+        ({"retry_backoff_cap_s": float("inf")}, ("retry_backoff_cap_s: inf is not a finite number"
+          " (allowed: > 0 and <= 604800 seconds (7 days))")),
         ({"retry_backoff_cap_s": 0.5}, "retry_backoff_cap_s: 0.5 is below retry_backoff_base_s 1.0"),
-        ({"retry_deadline_s": 0}, "retry_deadline_s: 0 is out of range >= 1"),
+        ({"retry_deadline_s": 0}, "retry_deadline_s: 0 is out of range 1-2592000 seconds (30 days)"),
         ({"handler": " "}, "handler: is required (a registered handler name)"),
-        ({"handler": "h" * 256}, "handler: is longer than 255 characters"),
+        ({"handler": "h" * 256}, "handler: is 256 characters long; at most 255 are allowed"),
         ({"payload": 5}, "payload: must be bytes"),
         ({"colour": "red"}, "colour: unknown field 'colour'"),
         ({"handler": None}, "handler: is required"),
@@ -124,3 +128,20 @@ def test_spec_error_attributes_and_pickle() -> None:
     assert isinstance(e, ValueError)
     e2 = pickle.loads(pickle.dumps(e))
     assert str(e2) == "day-of-week: 8 is out of range 0-7" and e2.field == "day-of-week"
+
+
+def test_spec_patched_changes_only_the_given_fields() -> None:
+    s = make(nonexistent="shift", repeated="all", payload=b"p", overlap="QUEUE_ONE",
+             start="2026-01-01T00:00+00:00", max_runs=5)
+    p = s.patched(handler="other")
+    assert p == s.replace(handler="other")
+    once = s.patched(at="2027-01-01T09:00")  # giving `at` makes it one-time and clears cron
+    assert (once.kind, once.cron, once.at, once.overlap) == ("once", None, "2027-01-01T09:00", "QUEUE_ONE")
+    assert once.patched(cron="0 9 * * *").kind == "cron"
+    assert s.patched(max_runs=None, payload=None).max_runs is None
+    with pytest.raises(SpecError, match=r"^colour: unknown field"):
+        s.patched(colour="red")
+    with pytest.raises(SpecError, match=r"^spec: no field to change"):
+        s.patched()
+    with pytest.raises(SpecError, match=r"^retry_max_attempts: "):
+        s.patched(retry_max_attempts=1000)

@@ -3,38 +3,80 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
+import functools
 import json
-from typing import Any
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from scheduler.cli import UsageError
+
+if TYPE_CHECKING:
+    from scheduler.client import SchedulerClient
+    from scheduler.domain import ScheduleSpec
+
+_T = TypeVar("_T")
+
+
+# CLI flag -> spec field, for every field except ``kind`` (implied by --cron / --at).
+SPEC_FLAGS: dict[str, str] = {
+    "cron": "cron", "at": "at", "tz": "timezone", "start": "start", "end": "end", "max_runs": "max_runs",
+    "nonexistent": "nonexistent", "repeated": "repeated", "window_minutes": "window_minutes",
+    "misfire": "misfire", "catch_up_limit": "catch_up_limit", "max_lateness_s": "max_lateness_s",
+    "overlap": "overlap", "retry_max_attempts": "retry_max_attempts",
+    "retry_backoff_base_s": "retry_backoff_base_s", "retry_backoff_cap_s": "retry_backoff_cap_s",
+    "retry_deadline_s": "retry_deadline_s", "job_handler": "handler", "payload": "payload",
+}
+CLEARABLE = ("start", "end", "max_runs", "retry_deadline_s", "payload")
+
+
+def _spec_flags(c: argparse.ArgumentParser, *, create: bool) -> None:
+    """Every spec field as a flag; unset flags stay None (create: spec default, update: kept)."""
+    g = c.add_mutually_exclusive_group(required=create)
+    g.add_argument("--cron", help="5-field cron expression or @macro")
+    g.add_argument("--at", help="one-time local ISO datetime, e.g. 2026-11-01T01:30")
+    c.add_argument("--tz", required=create, help="IANA zone, e.g. Europe/Berlin")
+    c.add_argument("--start", help="ISO datetime with offset: no fire time before it")
+    c.add_argument("--end", help="ISO datetime with offset: no fire time after it")
+    c.add_argument("--max-runs", type=int, help="at most this many runs from --start")
+    c.add_argument("--nonexistent", choices=["skip", "shift"], help="spring-forward gap (default skip)")
+    c.add_argument("--repeated", choices=["once", "all"], help="fall-back repeat (default once)")
+    c.add_argument("--handler", dest="job_handler", required=create, help="the handler name workers run")
+    c.add_argument("--payload", help="payload text (at most 256 KiB)")
+    c.add_argument("--window-minutes", type=int, help="flexible window (default 0: strict)")
+    c.add_argument("--misfire", choices=["SKIP", "FIRE_ONCE", "CATCH_UP"], help="default FIRE_ONCE")
+    c.add_argument("--catch-up-limit", type=int)
+    c.add_argument("--overlap", choices=["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"], help="default ALLOW")
+    c.add_argument("--max-lateness-s", type=int, help="later than this counts as a misfire (default 60)")
+    c.add_argument("--retry-max-attempts", type=int, help="attempts in total (default 3)")
+    c.add_argument("--retry-backoff-base-s", type=float, help="default 1.0")
+    c.add_argument("--retry-backoff-cap-s", type=float, help="default 300.0")
+    c.add_argument("--retry-deadline-s", type=int, help="no retry later than this after the scheduled time")
 
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("schedule", help="create and manage schedules")
     s = p.add_subparsers(dest="schedule_cmd", metavar="ACTION")
     s.required = True
-    for name in ("create", "update"):
-        c = s.add_parser(name)
-        c.add_argument("--tenant", required=True)
-        if name == "update":
-            c.add_argument("schedule_id")
-            c.add_argument("--expected-version", type=int)
-        else:
-            c.add_argument("--key", help="idempotency key: the same key creates once")
-        g = c.add_mutually_exclusive_group(required=True)
-        g.add_argument("--cron")
-        g.add_argument("--at", help="one-time local ISO datetime")
-        c.add_argument("--tz", required=True)
-        c.add_argument("--handler", dest="job_handler", required=True, help="the handler name workers run")
-        c.add_argument("--payload", default="")
-        c.add_argument("--window-minutes", type=int, default=0)
-        c.add_argument("--misfire", default="FIRE_ONCE", choices=["SKIP", "FIRE_ONCE", "CATCH_UP"])
-        c.add_argument("--catch-up-limit", type=int, default=0)
-        c.add_argument("--overlap", default="ALLOW", choices=["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"])
-        c.add_argument("--max-lateness-s", type=int, default=60, help="later than this counts as a misfire")
-        c.add_argument("--retry-max-attempts", type=int, default=3)
-        c.add_argument("--retry-backoff-base-s", type=float, default=1.0)
-        c.add_argument("--retry-backoff-cap-s", type=float, default=300.0)
-        c.add_argument("--retry-deadline-s", type=int, default=None, help="no retry later than this after")
-        c.set_defaults(handler=_create if name == "create" else _update)
+    c = s.add_parser("create", help="create a schedule (the same --key creates once)")
+    c.add_argument("--tenant", required=True)
+    c.add_argument("--key", help="idempotency key: the same key creates once")
+    _spec_flags(c, create=True)
+    c.set_defaults(handler=_create)
+    u = s.add_parser(
+        "update", help="change the given fields of a schedule; every other field is kept",
+        description="Patch a schedule: only the flags given change; the update carries the version "
+        "read, so a concurrent update is refused (STALE_VERSION) instead of overwritten.",
+    )
+    u.add_argument("--tenant", required=True)
+    u.add_argument("schedule_id")
+    u.add_argument("--expected-version", type=int, help="refuse unless the schedule is at this version")
+    u.add_argument("--clear", action="append", choices=CLEARABLE, default=[], metavar="FIELD",
+                   help=f"reset an optional field to empty ({', '.join(CLEARABLE)}); repeatable")
+    _spec_flags(u, create=False)
+    u.set_defaults(handler=_update)
     for name in ("pause", "resume", "cancel"):
         c = s.add_parser(name)
         c.add_argument("--tenant", required=True)
@@ -50,76 +92,123 @@ def register(sub: Any) -> None:
     ls.set_defaults(handler=_list)
 
 
-def _spec(args: argparse.Namespace) -> Any:
-    from scheduler.cli import UsageError
-    from scheduler.domain import ScheduleSpec, SpecError, compile_spec
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec fields given on the command line (plus --clear), in ``ScheduleSpec.from_dict`` form."""
+    out: dict[str, Any] = {
+        field: getattr(args, flag) for flag, field in SPEC_FLAGS.items() if getattr(args, flag) is not None
+    }
+    for field in getattr(args, "clear", []):
+        if field in out:
+            raise UsageError(f"--clear {field}: the same command also sets --{field.replace('_', '-')}")
+        out[field] = None
+    return out
+
+
+def _checked(fn: Callable[[], _T]) -> _T:
+    """Run a validation step; a SpecError becomes the one-line UsageError (exit 2)."""
+    from scheduler.domain import SpecError
 
     try:
-        spec = ScheduleSpec(
-            kind="cron" if args.cron else "once",
-            cron=args.cron,
-            at=args.at,
-            timezone=args.tz,
-            handler=args.job_handler,
-            payload=args.payload.encode(),
-            window_minutes=args.window_minutes,
-            misfire=args.misfire,
-            catch_up_limit=args.catch_up_limit,
-            overlap=args.overlap,
-            max_lateness_s=args.max_lateness_s,
-            retry_max_attempts=args.retry_max_attempts,
-            retry_backoff_base_s=args.retry_backoff_base_s,
-            retry_backoff_cap_s=args.retry_backoff_cap_s,
-            retry_deadline_s=args.retry_deadline_s,
-        )
-        compile_spec(spec)
+        return fn()
     except SpecError as exc:
         raise UsageError(str(exc)) from None
-    return spec
 
 
-def _call(fn: Any) -> int:
-    from scheduler.client import CommandRejected
+def _spec(args: argparse.Namespace) -> ScheduleSpec:
+    from scheduler.domain import ScheduleSpec, compile_spec
+
+    def build() -> ScheduleSpec:
+        spec = ScheduleSpec.from_dict({"kind": "cron" if args.cron is not None else "once", **_changes(args)})
+        compile_spec(spec)
+        return spec
+
+    return _checked(build)
+
+
+def _call(fn: Callable[[], Any]) -> int:
+    """Run an SDK call; expected failures are one line on stdout/stderr and exit 1, never a traceback."""
+    from confluent_kafka import KafkaException
+
+    from scheduler.client import CommandRejected, PublishError, RequestTimeout, ScheduleNotFound
 
     try:
-        acc = fn()
+        acc = _checked(fn)
     except CommandRejected as exc:
         print(f"rejected: {exc}")
         return 1
-    except TimeoutError as exc:
-        print(f"ksched: error: {exc}")
+    except RequestTimeout as exc:
+        p = exc.pending
+        print(f"ksched: error: {exc}", file=sys.stderr)
+        print(json.dumps({"schedule_id": p.schedule_id, "request_id": p.request_id,
+                          "key": p.idempotency_key, "status": "PENDING"}))
+        return 1
+    except (TimeoutError, PublishError, ScheduleNotFound, KafkaException, LookupError) as exc:
+        print(f"ksched: error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({"schedule_id": acc.schedule_id, "version": acc.version, "status": "ACCEPTED"}))
     return 0
 
 
+def _ids(args: argparse.Namespace) -> None:
+    """Tenant, key and schedule id are checked before anything connects to Kafka."""
+    from scheduler.domain.bounds import check_key, check_schedule_id, check_tenant
+
+    _checked(lambda: check_tenant(args.tenant))
+    if getattr(args, "key", None) is not None:
+        _checked(lambda: check_key(args.key))
+    if getattr(args, "schedule_id", None) is not None:
+        _checked(lambda: check_schedule_id(args.schedule_id))
+
+
 def _create(args: argparse.Namespace) -> int:
     from scheduler.client import SchedulerClient
 
+    _ids(args)
     spec = _spec(args)
-    with SchedulerClient() as c:
-        return _call(lambda: c.create(args.tenant, spec, key=args.key))
+    return _call(lambda: _with_client(SchedulerClient, lambda c: c.create(args.tenant, spec, key=args.key)))
 
 
 def _update(args: argparse.Namespace) -> int:
+    """A PATCH: only the flags given change (SchedulerClient.patch); every other field is kept."""
     from scheduler.client import SchedulerClient
 
-    spec = _spec(args)
-    with SchedulerClient() as c:
-        return _call(
-            lambda: c.update(args.tenant, args.schedule_id, spec, expected_version=args.expected_version)
-        )
+    _ids(args)
+    from scheduler.domain.bounds import check_field
+
+    changes = _changes(args)
+    if not changes:
+        raise UsageError("update: give at least one field to change (see `ksched schedule update --help`)")
+    for name, value in changes.items():
+        _checked(functools.partial(check_field, name, value))
+    return _call(lambda: _with_client(
+        SchedulerClient,
+        lambda c: c.patch(args.tenant, args.schedule_id, expected_version=args.expected_version, **changes),
+    ))
+
+
+def _with_client(factory: Callable[[], SchedulerClient], fn: Callable[[SchedulerClient], _T]) -> _T:
+    with factory() as c:
+        return fn(c)
 
 
 def _state(args: argparse.Namespace) -> int:
     from scheduler.client import SchedulerClient
 
-    with SchedulerClient() as c:
-        fn = getattr(c, args.action)
-        return _call(lambda: fn(args.tenant, args.schedule_id, expected_version=args.expected_version))
+    _ids(args)
+    return _call(lambda: _with_client(
+        SchedulerClient,
+        lambda c: getattr(c, args.action)(
+            args.tenant, args.schedule_id, expected_version=args.expected_version
+        ),
+    ))
 
 
 def _show(s: Any) -> dict[str, Any]:
+    spec = {k: v for k, v in dataclasses.asdict(s.spec).items() if k != "payload"}
+    try:
+        spec["payload"] = s.spec.payload.decode()
+    except UnicodeDecodeError:
+        spec["payload_base64"] = base64.b64encode(s.spec.payload).decode()
     return {
         "schedule_id": s.schedule_id,
         "tenant": s.tenant,
@@ -129,16 +218,19 @@ def _show(s: Any) -> dict[str, Any]:
         "at": s.spec.at,
         "timezone": s.spec.timezone,
         "handler": s.spec.handler,
+        "spec": spec,
     }
 
 
 def _get(args: argparse.Namespace) -> int:
-    from scheduler.client import read_schedules
+    from scheduler.client import read_schedule
     from scheduler.settings import load_settings
 
-    s = read_schedules(load_settings(), args.tenant).get(args.schedule_id)
+    _ids(args)
+    s = _checked(lambda: read_schedule(load_settings(), args.tenant, args.schedule_id))
     if s is None:
-        print(f"ksched: error: schedule {args.schedule_id} not found for tenant {args.tenant}")
+        print(f"ksched: error: schedule {args.schedule_id} not found for tenant {args.tenant}",
+              file=sys.stderr)
         return 1
     print(json.dumps(_show(s)))
     return 0
@@ -148,6 +240,7 @@ def _list(args: argparse.Namespace) -> int:
     from scheduler.client import read_schedules
     from scheduler.settings import load_settings
 
+    _ids(args)
     for s in read_schedules(load_settings(), args.tenant).values():
         print(json.dumps(_show(s)))
     return 0

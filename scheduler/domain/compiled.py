@@ -41,6 +41,7 @@ from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scheduler.domain.bounds import MAX_EPOCH_S, MAX_INSTANT, MIN_INSTANT, NUMERIC, check_instant, check_int
 from scheduler.domain.cron import CronExpr, LocalMinute, parse_cron
 from scheduler.domain.errors import SpecError
 from scheduler.domain.spec import ScheduleSpec
@@ -51,7 +52,7 @@ Repeated = Literal["once", "all"]
 UTC = _dt.UTC
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_S = _dt.timedelta(seconds=1)
-MAX_RUNS_LIMIT = 100_000
+MAX_RUNS_LIMIT = int(NUMERIC["max_runs"].hi)
 RULE_CACHE_SIZE = 1 << 18
 NEXT_CACHE_SIZE = 4096
 
@@ -184,10 +185,10 @@ class CronRule:
             # A fire f > s has local minute L = f + off(f) > s + off(f); near s the
             # smallest offset bounds where L can start (a fall-back right after s
             # re-runs earlier wall-clock minutes, whose second instants count).
-            min_off = min(_offset(zone, s), _offset(zone, s + 86400))
             try:
+                min_off = min(_offset(zone, s), _offset(zone, s + 86400))
                 g = _EPOCH_NAIVE + _dt.timedelta(seconds=s + min_off)
-            except OverflowError:  # pragma: no cover - outside datetime range
+            except OverflowError:  # outside datetime range (CompiledSpec never asks this far)
                 return None
         else:
             # Only first instants count, and the first instant is monotone in the
@@ -234,22 +235,34 @@ def parse_at(at: str, zone_name: str) -> int:
     if parsed.microsecond:
         raise SpecError("at", at, f"{at}: sub-second precision is not supported")
     local = parsed.replace(tzinfo=None)
+    # A local year inside the instant range keeps the zone arithmetic below from overflowing.
+    if not MIN_INSTANT.year <= local.year < MAX_INSTANT.year:
+        raise SpecError(
+            "at", at,
+            f"{at}: year {local.year} is outside the supported range "
+            f"{MIN_INSTANT.year}-{MAX_INSTANT.year - 1}",
+        )
     first = int(local.replace(tzinfo=zone, fold=0).timestamp())
     second = int(local.replace(tzinfo=zone, fold=1).timestamp())
     if first > second or _local_naive(zone, first) != local:
         raise SpecError("at", at, f"{at} does not exist in {zone_name}")
     if parsed.tzinfo is None:
-        return first
+        return _at_in_range(at, first)
     off = parsed.utcoffset()
     assert off is not None
     wanted = int(parsed.timestamp())
     if wanted in (first, second):
-        return wanted
+        return _at_in_range(at, wanted)
     raise SpecError(
         "at",
         at,
         f"{at}: offset {_fmt_offset(off)} is not used by {zone_name} at {local.isoformat()}",
     )
+
+
+def _at_in_range(at: str, epoch_s: int) -> int:
+    check_instant("at", from_epoch(epoch_s), at)
+    return epoch_s
 
 
 def _fmt_offset(off: _dt.timedelta) -> str:
@@ -327,14 +340,20 @@ class CompiledSpec:
         for _ in range(self.max_runs):
             assert f is not None
             f = self.rule.next_epoch(f)
-            if f is None or (end is not None and f > end):
+            if f is None or f >= MAX_EPOCH_S or (end is not None and f > end):
                 return _NO_LIMIT if end is None else end
         assert f is not None
         return f if end is None else min(f, end)
 
     # -- epoch API (hot path) ----------------------------------------------
     def next_after_epoch(self, s: int) -> int | None:
-        """First fire instant (epoch s) strictly after epoch second ``s``, or None."""
+        """First fire instant (epoch s) strictly after epoch second ``s``, or None.
+
+        Never one at or after the end of the instant range (``bounds.MAX_INSTANT``,
+        year 9000), so no computation near ``datetime``'s year 9999 can overflow.
+        """
+        if s >= MAX_EPOCH_S - 1:
+            return None
         start = self.start_epoch
         if self.rule is None:
             at = self.at_epoch
@@ -346,7 +365,7 @@ class CompiledSpec:
         if start is not None and s < start - 1:
             s = start - 1
         f = self.rule.next_epoch(s)
-        if f is None:
+        if f is None or f >= MAX_EPOCH_S:
             return None
         upper = self._upper() if (self.max_runs is not None or self.end_epoch is not None) else None
         if upper is not None and f > upper:
@@ -447,6 +466,10 @@ def _compile(
     repeated: Repeated,
 ) -> CompiledSpec:
     load_zone(timezone)
+    if start is not None:
+        check_instant("start", start)
+    if end is not None:
+        check_instant("end", end)
     start_epoch = None if start is None else _ceil_epoch(start)
     end_epoch = None if end is None else to_epoch(end, "end")
     if start_epoch is not None and end_epoch is not None and end_epoch < start_epoch:
@@ -470,8 +493,7 @@ def _compile(
     if max_runs is not None:
         if start_epoch is None:
             raise SpecError("max_runs", max_runs, "requires start (runs are counted from start)")
-        if not 1 <= max_runs <= MAX_RUNS_LIMIT:
-            raise SpecError("max_runs", max_runs, f"{max_runs} is out of range 1-{MAX_RUNS_LIMIT}")
+        check_int("max_runs", max_runs)
     rule = cron_rule(cron, timezone, nonexistent, repeated)
     return CompiledSpec(
         kind="cron", rule=rule, at_epoch=None, zone_name=timezone,

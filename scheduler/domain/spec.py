@@ -28,6 +28,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from scheduler.domain.bounds import (
+    MAX_AT_LEN,
+    MAX_CRON_LEN,
+    MAX_HANDLER_LEN,
+    MAX_TIMEZONE_LEN,
+    NUMERIC,
+    check_float,
+    check_instant,
+    check_int,
+    check_length,
+    check_payload,
+)
 from scheduler.domain.errors import SpecError
 
 Kind = Literal["cron", "once"]
@@ -36,8 +48,7 @@ Repeated = Literal["once", "all"]
 Misfire = Literal["SKIP", "FIRE_ONCE", "CATCH_UP"]
 Overlap = Literal["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"]
 
-MAX_WINDOW_MINUTES = 1440
-MAX_HANDLER_LEN = 255
+MAX_WINDOW_MINUTES = int(NUMERIC["window_minutes"].hi)
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "kind": get_args(Kind),
@@ -52,26 +63,6 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_int(name: str, v: object, lo: int, hi: int | None = None) -> None:
-    if not _is_int(v):
-        raise SpecError(name, v, f"{v!r} is not an integer")
-    assert isinstance(v, int)
-    if v < lo or (hi is not None and v > hi):
-        rng = f"{lo}-{hi}" if hi is not None else f">= {lo}"
-        raise SpecError(name, v, f"{v} is out of range {rng}")
-
-
-def _check_float(name: str, v: object, positive: bool) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise SpecError(name, v, f"{v!r} is not a number")
-    f = float(v)
-    if f != f or f in (float("inf"), float("-inf")):
-        raise SpecError(name, v, f"{v!r} is not a finite number")
-    if (positive and f <= 0) or f < 0:
-        raise SpecError(name, v, f"{v} must be {'> 0' if positive else '>= 0'}")
-    return f
-
-
 def _utc(name: str, v: object) -> _dt.datetime | None:
     if v is None:
         return None
@@ -84,7 +75,7 @@ def _utc(name: str, v: object) -> _dt.datetime | None:
         raise SpecError(name, v, f"{v!r} is not a datetime")
     if v.tzinfo is None or v.utcoffset() is None:
         raise SpecError(name, v, f"{v.isoformat()} has no UTC offset (give an aware UTC datetime)")
-    return v.astimezone(_dt.UTC)
+    return check_instant(name, v.astimezone(_dt.UTC), v if isinstance(v, str) else None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,15 +112,18 @@ class ScheduleSpec:
         if self.kind == "cron":
             if not isinstance(self.cron, str) or not self.cron.strip():
                 raise SpecError("cron", self.cron, "is required when kind is 'cron'")
+            check_length("cron", self.cron, MAX_CRON_LEN)
             if self.at is not None:
                 raise SpecError("at", self.at, "must be empty when kind is 'cron'")
         else:
             if not isinstance(self.at, str) or not self.at.strip():
                 raise SpecError("at", self.at, "is required when kind is 'once'")
+            check_length("at", self.at, MAX_AT_LEN)
             if self.cron is not None:
                 raise SpecError("cron", self.cron, "must be empty when kind is 'once'")
         if not isinstance(self.timezone, str) or not self.timezone:
             raise SpecError("timezone", self.timezone, "is required (an IANA zone such as 'UTC')")
+        check_length("timezone", self.timezone, MAX_TIMEZONE_LEN)
         start = _utc("start", self.start)
         end = _utc("end", self.end)
         if start is not None and end is not None and end < start:
@@ -137,17 +131,17 @@ class ScheduleSpec:
         object.__setattr__(self, "start", start)
         object.__setattr__(self, "end", end)
         if self.max_runs is not None:
-            _check_int("max_runs", self.max_runs, 1)
-        _check_int("window_minutes", self.window_minutes, 0, MAX_WINDOW_MINUTES)
-        _check_int("catch_up_limit", self.catch_up_limit, 0)
+            check_int("max_runs", self.max_runs)
+        check_int("window_minutes", self.window_minutes)
+        check_int("catch_up_limit", self.catch_up_limit)
         if self.misfire == "CATCH_UP" and self.catch_up_limit < 1:
             raise SpecError(
                 "catch_up_limit", self.catch_up_limit, "must be >= 1 when misfire is 'CATCH_UP'"
             )
-        _check_int("max_lateness_s", self.max_lateness_s, 0)
-        _check_int("retry_max_attempts", self.retry_max_attempts, 1)
-        base = _check_float("retry_backoff_base_s", self.retry_backoff_base_s, positive=True)
-        cap = _check_float("retry_backoff_cap_s", self.retry_backoff_cap_s, positive=True)
+        check_int("max_lateness_s", self.max_lateness_s)
+        check_int("retry_max_attempts", self.retry_max_attempts)
+        base = check_float("retry_backoff_base_s", self.retry_backoff_base_s)
+        cap = check_float("retry_backoff_cap_s", self.retry_backoff_cap_s)
         if cap < base:
             raise SpecError(
                 "retry_backoff_cap_s", self.retry_backoff_cap_s,
@@ -156,15 +150,15 @@ class ScheduleSpec:
         object.__setattr__(self, "retry_backoff_base_s", base)
         object.__setattr__(self, "retry_backoff_cap_s", cap)
         if self.retry_deadline_s is not None:
-            _check_int("retry_deadline_s", self.retry_deadline_s, 1)
+            check_int("retry_deadline_s", self.retry_deadline_s)
         if not isinstance(self.handler, str) or not self.handler.strip():
             raise SpecError("handler", self.handler, "is required (a registered handler name)")
-        if len(self.handler) > MAX_HANDLER_LEN:
-            raise SpecError("handler", self.handler, f"is longer than {MAX_HANDLER_LEN} characters")
+        check_length("handler", self.handler, MAX_HANDLER_LEN)
         if isinstance(self.payload, bytearray | memoryview):
             object.__setattr__(self, "payload", bytes(self.payload))
         if not isinstance(self.payload, bytes):
             raise SpecError("payload", self.payload, "must be bytes")
+        check_payload(self.payload)
 
     def validate(self) -> ScheduleSpec:
         """Full validation (expression, zone, one-time ``at``); returns ``self``."""
@@ -175,6 +169,25 @@ class ScheduleSpec:
 
     def replace(self, **changes: Any) -> ScheduleSpec:
         return dataclasses.replace(self, **changes)
+
+    def patched(self, **changes: Any) -> ScheduleSpec:
+        """This spec with only ``changes`` applied: the PATCH of an update (every other field kept).
+
+        Values take the forms :meth:`from_dict` accepts (ISO strings for ``start``/``end``,
+        ``str`` payloads). Giving ``cron`` (not None) without ``kind`` makes the spec a cron
+        schedule and clears ``at``; giving ``at`` makes it a one-time schedule and clears
+        ``cron``. Unknown fields and an empty change set are a :class:`SpecError`.
+        """
+        if not changes:
+            raise SpecError("spec", changes, "no field to change was given")
+        merged = self.to_dict()
+        if "kind" not in changes:
+            if changes.get("cron") is not None:
+                merged.update(kind="cron", at=None)
+            elif changes.get("at") is not None:
+                merged.update(kind="once", cron=None)
+        merged.update(changes)
+        return ScheduleSpec.from_dict(merged)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

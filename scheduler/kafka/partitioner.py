@@ -4,7 +4,9 @@ All schedule-keyed topics use librdkafka's ``murmur2_random`` partitioner, which
 is the Java client's default for keyed records: ``toPositive(murmur2(key)) %
 partitions``. The processor recomputes it to refuse a command or report that
 was produced to another partition than its key's (a second live copy of a
-schedule, or a report that the shard holding the schedule never sees).
+schedule, or a report that the shard holding the schedule never sees), and the
+SDK reads one schedule's records from one partition instead of scanning all
+(``SchedulerClient.get``). Tests check it against Kafka's vectors and the real producer.
 """
 
 from __future__ import annotations
@@ -42,4 +44,8 @@ def murmur2(data: bytes) -> int:
 
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition of a keyed record among ``partitions`` (``murmur2_random`` with a key)."""
+    if not key:
+        raise ValueError("an empty key is partitioned at random: it has no fixed partition")
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
     return (murmur2(key) & 0x7FFFFFFF) % partitions

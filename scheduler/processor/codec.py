@@ -222,7 +222,7 @@ def decode_schedule_entry(value: bytes) -> Entry:
     payload = spec.pop("payload")
     try:
         parts = _parts_of(spec)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise RecordDecodeError(f"schedule {s['schedule_id']}: invalid spec: {exc}") from None
     return Entry(
         schedule_id=s["schedule_id"],

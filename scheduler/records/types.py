@@ -40,10 +40,6 @@ def _to_ms(t: _dt.datetime | None) -> int | None:
     return None if t is None else (t - _EPOCH) // _ONE_MS
 
 
-def _from_ms(ms: int | None) -> _dt.datetime | None:
-    return None if ms is None else _EPOCH + ms * _ONE_MS
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScheduleSpecRecord:
     """Avro ``ksched.v1.ScheduleSpec``: :class:`scheduler.domain.spec.ScheduleSpec` on the wire.
@@ -89,11 +85,13 @@ class ScheduleSpecRecord:
 
     def to_domain(self) -> ScheduleSpec:
         """The domain spec (field checks run; raises ``SpecError`` for a spec that fails them)."""
+        from scheduler.domain.bounds import instant_from_ms
         from scheduler.domain.spec import ScheduleSpec
 
         return ScheduleSpec(
             kind=self.kind, cron=self.cron, at=self.at, timezone=self.timezone,
-            start=_from_ms(self.start_ms), end=_from_ms(self.end_ms), max_runs=self.max_runs,
+            start=instant_from_ms("start", self.start_ms), end=instant_from_ms("end", self.end_ms),
+            max_runs=self.max_runs,
             nonexistent=self.nonexistent, repeated=self.repeated, window_minutes=self.window_minutes,
             misfire=self.misfire, catch_up_limit=self.catch_up_limit, max_lateness_s=self.max_lateness_s,
             overlap=self.overlap, retry_max_attempts=self.retry_max_attempts,

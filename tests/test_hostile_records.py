@@ -1,0 +1,152 @@
+"""One record must never stop a shard (issue 9): each hostile record is published among valid
+traffic against a real processor; the valid traffic is still served on time and every bad
+command gets its answer (bad reports are ignored and counted)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from test_attempts_e2e import Running
+
+from scheduler.client import SchedulerClient
+from scheduler.domain import ScheduleSpec, occurrence_id, schedule_id_for
+from scheduler.kafka.clients import consumer, producer
+from scheduler.kafka.partitioner import partition_for
+from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.runtime import Processor
+from scheduler.records import (
+    CommandResult,
+    Occurrence,
+    ScheduleCommand,
+    ScheduleSpecRecord,
+    decode,
+    encode,
+)
+from scheduler.settings import Settings
+from scheduler.tenants import Tenant, add_tenant, load_tenants
+from scheduler.topology import topic_name
+
+pytestmark = pytest.mark.kafka
+TENANT = "hv"
+
+
+def once(ts: int, **kw: object) -> ScheduleSpec:
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))
+    return ScheduleSpec(kind="once", at=at, timezone="UTC", handler="h", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_settings: Settings) -> Iterator[tuple[Settings, ProcessorMetrics]]:
+    from scheduler.cli.topics_cmd import apply_all
+
+    add_tenant(kafka_settings.tenants_file, Tenant(name=TENANT))
+    apply_all()
+    settings = kafka_settings.replace(tick_interval_ms=50)
+    metrics = ProcessorMetrics()
+    proc = Running(Processor(settings, tenants=load_tenants(settings.tenants_file), metrics=metrics))
+    with SchedulerClient(settings, timeout_s=60) as client:  # answered: the processor owns its shards
+        client.create(TENANT, once(int(time.time()) + 86_400), key="warm-up")
+    yield settings, metrics
+    proc.stop()
+
+
+def command(spec: ScheduleSpecRecord | None, key: str | None, kind: str = "CREATE",
+            sid: str | None = "derive") -> ScheduleCommand:
+    return ScheduleCommand(
+        request_id=uuid.uuid4().hex, tenant=TENANT,
+        schedule_id=schedule_id_for(TENANT, key) if sid == "derive" and key else sid,
+        idempotency_key=key, kind=kind, spec=spec, issued_at_ms=int(time.time() * 1000),  # type: ignore[arg-type]
+    )
+
+
+def send(p: Producer, settings: Settings, value: bytes, key: bytes | None, partition: int = -1) -> None:
+    p.produce(topic_name(settings, "commands"), value, key, partition=partition)
+    p.flush(30)
+
+
+def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
+    stack: tuple[Settings, ProcessorMetrics],
+) -> None:
+    settings, _metrics = stack
+    good = ScheduleSpecRecord.from_domain(once(int(time.time()) + 3600))
+    hostile: dict[str, ScheduleCommand] = {
+        "far future at": command(replace(good, at="9999-12-31T23:59", timezone="America/Los_Angeles"), "h1"),
+        "start 2**62": command(replace(good, start_ms=2**62), "h2"),
+        "huge payload": command(replace(good, payload=b"x" * 850_000), "h4"),
+        "derived id mismatch": command(good, "h5", sid="0" * 32),
+        "unknown tenant": replace(command(good, "h6"), tenant="nobody"),
+        "update without id": command(good, None, kind="UPDATE", sid=None),
+        "1 MB request id": replace(command(good, "h7"), request_id="r" * 300),
+    }
+    wrong_sid = schedule_id_for(TENANT, "h8")
+    wrong_partition = (partition_for(wrong_sid.encode(), settings.partitions) + 1) % settings.partitions
+    wrong = command(good, "h8")
+    keyless = command(good, None, sid=None)
+    p = producer(settings.bootstrap_servers)
+    results = consumer(settings.bootstrap_servers)
+    t_results = topic_name(settings, "results")
+    results.assign([TopicPartition(t_results, q, 0) for q in range(settings.partitions)])
+    due = int(time.time()) + 10
+    with SchedulerClient(settings, timeout_s=60) as client:
+        valid = []
+        for i in range(10):
+            cmd = command(ScheduleSpecRecord.from_domain(once(due)), f"v{i}")
+            client.publish(cmd, wait=False)
+            valid.append(cmd.schedule_id or "")
+            if i == 2:
+                send(p, settings, b"\x00\x01 not avro at all", b"garbage-key")
+                for cmd in hostile.values():
+                    send(p, settings, encode(cmd), (cmd.schedule_id or "").encode())
+                send(p, settings, encode(wrong), wrong_sid.encode(), wrong_partition)
+                send(p, settings, encode(keyless), None)
+                send(p, settings, b"\xc3\x01" + b"z" * 950_000, b"oversize-key")
+        assert time.time() < due, "publishing took too long for the test's premise"
+        answers: dict[str, CommandResult] = {}
+        undecodable: list[CommandResult] = []
+        wanted = {c.request_id[:256] for c in (*hostile.values(), wrong, keyless)}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not wanted <= set(answers) or len(undecodable) < 2):
+            for m in results.consume(500, 0.2):
+                if m.error() is None and m.value():
+                    r = decode(m.value() or b"", CommandResult)
+                    answers[r.request_id] = r
+                    if r.code == "UNDECODABLE":
+                        undecodable.append(r)
+        results.close()
+
+    def code(name: str) -> str | None:
+        return answers[hostile[name].request_id[:256]].code
+
+    assert code("far future at") == "INVALID_SPEC"
+    assert code("start 2**62") == "INVALID_SPEC"
+    assert code("huge payload") == "INVALID_SPEC"
+    assert code("derived id mismatch") == "INVALID_COMMAND"
+    assert code("unknown tenant") == "UNKNOWN_TENANT"
+    assert code("update without id") == "INVALID_COMMAND"
+    assert code("1 MB request id") == "INVALID_COMMAND"
+    assert answers[wrong.request_id].code == "WRONG_PARTITION"
+    assert answers[keyless.request_id].status == "ACCEPTED"
+    keys = {r.schedule_id for r in undecodable}
+    assert {"garbage-key", "oversize-key"} <= keys, undecodable
+    assert all("offset" in (r.reason or "") for r in undecodable)
+    # the valid traffic was served on time
+    c = consumer(settings.bootstrap_servers)
+    t_dispatch = topic_name(settings, "dispatch", TENANT)
+    c.assign([TopicPartition(t_dispatch, q, 0) for q in range(settings.partitions)])
+    expected = {occurrence_id(sid, 1, due) for sid in valid}
+    got: dict[str, Occurrence] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not expected <= set(got):
+        for m in c.consume(500, 0.2):
+            if m.error() is None and m.value():
+                o = decode(m.value() or b"", Occurrence)
+                got[o.occurrence_id] = o
+    c.close()
+    assert expected <= set(got)
+    lags = [got[o].enqueued_at_ms - got[o].scheduled_for_ms for o in expected]
+    assert max(lags) < 3000, lags
