@@ -263,3 +263,11 @@ def test_a_tombstone_read_in_restore_drops_the_older_record() -> None:
     assert restored.forget("x") is not None
     restored.finish_restore(T0)
     assert restored.entries == {} and restored.active_count["a"] == 0
+
+
+def test_a_restored_lane_without_schedules_does_not_hold_the_watermark_back() -> None:
+    s = shard()
+    s.cursors = {("a", Lane.STRICT): (T0, "")}  # a tenant whose schedules are all gone
+    s.finish_restore(T0 + 100)
+    s.due(T0 + 100, 10, float(T0 + 100))
+    assert s.watermark() == T0 + 100

@@ -342,6 +342,8 @@ class Shard:
     def finish_restore(self, now: int = 0) -> None:
         """Arm every active schedule from the restored cursors; ``now`` dates the completion of
         those that turn out to have no fire time left."""
+        for tenant, lane in list(self.cursors):
+            self.queue(tenant, lane)  # an idle lane's cursor must follow time too (the watermark)
         for e in self.entries.values():
             if e.state == ACTIVE and not self.arm_from(e, -1):
                 e.state = COMPLETED
