@@ -648,7 +648,8 @@ def test_catch_up_backlog_survives_a_handover(isolated: Settings) -> None:
     lane cursor past them was committed, so a restart or rebalance dropped them (neither
     dispatched nor MISSED). A handover mid-backlog must neither drop nor repeat any."""
     settings = isolated
-    slow = Tenant(name="fo-slow-catch-up", catch_up_rate_per_s=1)  # one catch-up dispatch a second
+    # One catch-up dispatch a second on the schedule's shard: the quota is split over the 4 shards.
+    slow = Tenant(name="fo-slow-catch-up", catch_up_rate_per_s=4)
     tenants = with_topics(settings, slow)
     clock = OffsetClock()
     sids, fires = create_before_outage(
@@ -677,7 +678,9 @@ def test_catch_up_backlog_survives_a_handover(isolated: Settings) -> None:
             events.read_until(at_least(5), timeout_s=10, settle_s=0.5)
         finally:
             events.close()
-        assert {s.value.state for s in events.seen} == {"MISSED"}
+        # MISSED for the five beyond the limit; ENQUEUED notes for catch-up the quota delayed
+        assert {s.value.state for s in events.seen} <= {"MISSED", "ENQUEUED"}
+        events.seen = [s for s in events.seen if s.value.state == "MISSED"]
         assert_exactly_once(outage_ids(events, fires), {occurrence_id(sids["cu5"], 1, f) for f in fires[:5]})
     finally:
         dispatch.close()
