@@ -49,6 +49,7 @@ class Settings:
     prepare_ahead_s: int = 30  # dispatch records due within this horizon are encoded ahead of time
     tick_budget: int = 20_000  # max dispatches per shard per transaction
     lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
+    start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     metrics_port: int = 9464
     api_port: int = 8080
 
@@ -98,6 +99,11 @@ def _validate(s: Settings) -> Settings:
         raise SettingsError(f"setting prepare_ahead_s: {s.prepare_ahead_s} must be 0 or more")
     if s.lease_s < 1:
         raise SettingsError(f"setting lease_s: {s.lease_s} must be at least 1 (seconds)")
+    if s.start_lease_s < 1:
+        raise SettingsError(
+            f"setting start_lease_s: {s.start_lease_s} must be at least 1 (seconds); "
+            "set KSCHED_START_LEASE_S to e.g. 300"
+        )
     if s.tick_budget < 1:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:

@@ -286,7 +286,8 @@ class Processor:
     def _restore(self, producers: dict[int, Producer], started: float) -> None:
         """Steps 2-3 of :meth:`_on_assign` for the shards of ``producers`` (initialised)."""
         shards = {
-            p: Shard(p, self.tenants, partitions=self.settings.partitions, lease_s=self.settings.lease_s)
+            p: Shard(p, self.tenants, partitions=self.settings.partitions, lease_s=self.settings.lease_s,
+                     start_lease_s=self.settings.start_lease_s)
             for p in producers
         }
         stats = restore_shards(self.settings, shards)

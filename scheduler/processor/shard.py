@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from scheduler.domain import ScheduleSpec, SpecError, occurrence_id
 from scheduler.domain.ids import jitter_within_s
-from scheduler.processor.attempts import Attempt, Attempts
+from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.lifecycle import admit, attempt_event, emit_retries
 from scheduler.processor.model import (
@@ -82,7 +82,7 @@ class ScheduleRuntimeView:
 
     version: int
     catch_up: tuple[int, int] | None = None  # next scheduled_for to emit, last (inclusive)
-    running: list[Attempt] = field(default_factory=list)  # overlap-tracked in-flight attempts
+    running: list[Attempt] = field(default_factory=list)  # overlap-tracked, or retried, in flight
     retries: list[Attempt] = field(default_factory=list)  # RETRY_WAIT attempts
     queued: tuple[str, int, int] | None = None  # QUEUE_ONE waiting (oid, version, scheduled_for)
 
@@ -97,10 +97,11 @@ class Shard:
         *,
         partitions: int,
         lease_s: int = 30,
+        start_lease_s: int = 300,
     ) -> None:
         self.shard_id = shard_id
         self.lease_s = lease_s
-        self.attempts = Attempts()
+        self.attempts = Attempts(start_lease_s)
         self.released: list[tuple[str, str, int, int]] = []  # QUEUE_ONE (sid, oid, version, f) to emit
         self._retry_buckets: dict[str, TokenBucket] = {}
         self.restored_runtime: dict[str, ScheduleRuntimeView] = {}
@@ -229,11 +230,11 @@ class Shard:
         if e is None:
             return None
         mine = self.attempts.of_schedule(sid)
-        tracked = e.policy.overlap != "ALLOW"
+        overlap = e.policy.overlap
         view = ScheduleRuntimeView(
             version=e.version,
             catch_up=self.catch_up_span.get(sid),
-            running=[a for a in mine if a.retry_at is None and tracked],
+            running=[a for a in mine if a.retry_at is None and persisted_running(a, overlap)],
             retries=[a for a in mine if a.retry_at is not None],
             queued=self.attempts.queued.get(sid),
         )
