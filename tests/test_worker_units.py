@@ -108,7 +108,8 @@ def test_an_occurrence_pending_through_a_pause_is_not_run() -> None:
     before = verdict(resumed_state, 1, paused - 60_000)  # dispatched before the pause, consumed after
     assert before == ("not run: schedule was paused at 2027-01-15T08:00:00Z while this occurrence "
                       "(2027-01-15T07:59:00Z) was pending; resumed at 2027-01-15T08:10:00Z")
-    assert verdict(resumed_state, 1, resumed) is None  # fired after the resume: runs
+    assert verdict(version_state(1, "ACTIVE", paused, paused), 1, paused) is not None  # same second
+    assert verdict(resumed_state, 1, resumed + 1000) is None  # fired after the resume: runs
     assert verdict(resumed_state, 2, paused - 60_000) is None  # a newer version than the view knows
     assert verdict(version_state(1, "ACTIVE", paused, None), 1, paused - 60_000) is None  # never resumed
     assert version_state(1, "ACTIVE") is version_state(1, "ACTIVE", None, None)  # still shared

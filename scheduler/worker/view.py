@@ -12,8 +12,8 @@ The pre-effect recheck (:meth:`VersionsView.verdict`):
 
 - occurrence version < the view's version       -> not run: "superseded by version N"
 - same version and state CANCELED / PAUSED      -> not run: "schedule canceled" / "schedule paused"
-- same version, ``scheduled_for`` before the end
-  of the schedule's last pause                  -> not run: "not run: schedule was paused at ..."
+- same version, ``scheduled_for`` at or before the
+  end of the schedule's last pause              -> not run: "not run: schedule was paused at ..."
 - a schedule absent from the view, or a view version *lower* than the
   occurrence's                                  -> run.
 
@@ -31,9 +31,12 @@ A pause drops the schedule's pending work and resume fires nothing for the
 paused span (DESIGN.md §4), but a dispatch record emitted before the pause
 stays on the topic: the version record carries the last pause
 (``paused_at_ms``, ``resumed_at_ms``, VersionRecord v2), and an occurrence
-scheduled before the resume was pending through the pause (nothing is
-emitted during one) and is not run. One span is enough: every occurrence
-before an earlier pause is also before the last resume.
+scheduled at or before the resume was pending through the pause and is not
+run: nothing is emitted during a pause, and after it the processor fires only
+times strictly after its resume second (both instants are whole seconds of
+the processor's clock, so a pause within the second of a firing still counts).
+One span is enough: every occurrence before an earlier pause is also before
+the last resume.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def verdict(current: VersionState | None, version: int, scheduled_for_ms: int | 
             return blocked
         resumed = current.resumed_at_ms
         if resumed is not None and current.paused_at_ms is not None and scheduled_for_ms is not None \
-                and scheduled_for_ms < resumed:
+                and scheduled_for_ms <= resumed:  # the processor fires nothing at or before its resume second
             return (f"not run: schedule was paused at {_utc(current.paused_at_ms)} while this occurrence "
                     f"({_utc(scheduled_for_ms)}) was pending; resumed at {_utc(resumed)}")
     return None  # the view has not seen this version yet: run (module docstring)
