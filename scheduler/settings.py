@@ -50,6 +50,7 @@ class Settings:
     tick_budget: int = 20_000  # max dispatches per shard per transaction
     lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
     finished_retention_s: int = 7 * 86_400  # COMPLETED / CANCELED schedules kept this long, then purged
+    start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     metrics_port: int = 9464
     api_port: int = 8080
 
@@ -102,6 +103,11 @@ def _validate(s: Settings) -> Settings:
     if s.finished_retention_s < 0:
         raise SettingsError(
             f"setting finished_retention_s: {s.finished_retention_s} must be 0 or more (seconds)"
+        )
+    if s.start_lease_s < 1:
+        raise SettingsError(
+            f"setting start_lease_s: {s.start_lease_s} must be at least 1 (seconds); "
+            "set KSCHED_START_LEASE_S to e.g. 300"
         )
     if s.tick_budget < 1:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")

@@ -20,6 +20,7 @@ from scheduler.kafka.partitioner import partition_for
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.runtime import Processor
 from scheduler.records import (
+    AttemptReport,
     CommandResult,
     Occurrence,
     ScheduleCommand,
@@ -72,7 +73,7 @@ def send(p: Producer, settings: Settings, value: bytes, key: bytes | None, parti
 def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     stack: tuple[Settings, ProcessorMetrics],
 ) -> None:
-    settings, _metrics = stack
+    settings, metrics = stack
     good = ScheduleSpecRecord.from_domain(once(int(time.time()) + 3600))
     hostile: dict[str, ScheduleCommand] = {
         "far future at": command(replace(good, at="9999-12-31T23:59", timezone="America/Los_Angeles"), "h1"),
@@ -105,6 +106,15 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
                 send(p, settings, encode(wrong), wrong_sid.encode(), wrong_partition)
                 send(p, settings, encode(keyless), None)
                 send(p, settings, b"\xc3\x01" + b"z" * 950_000, b"oversize-key")
+                for tenant, sf in (("nobody", due), (TENANT, due + 7)):  # a foreign tenant; no fire time
+                    report = AttemptReport(
+                        occurrence_id=occurrence_id(valid[0], 1, sf), schedule_id=valid[0], tenant=tenant,
+                        version=1, scheduled_for_ms=sf * 1000, attempt=1, token="t",
+                        kind="FAILED" if tenant == "nobody" else "STARTED", retryable=True,
+                        error_class="X", error_message="m", worker_id="w",
+                        reported_at_ms=int(time.time() * 1000),
+                    )
+                    send(p, settings, encode(report), valid[0].encode())
         assert time.time() < due, "publishing took too long for the test's premise"
         answers: dict[str, CommandResult] = {}
         undecodable: list[CommandResult] = []
@@ -150,3 +160,5 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     assert expected <= set(got)
     lags = [got[o].enqueued_at_ms - got[o].scheduled_for_ms for o in expected]
     assert max(lags) < 3000, lags
+    assert metrics.reports_ignored.labels(kind="FAILED")._value.get() >= 1
+    assert metrics.reports_ignored.labels(kind="STARTED")._value.get() >= 1

@@ -185,3 +185,133 @@ def test_a_later_misfire_supersedes_a_pending_catch_up_as_missed() -> None:
     superseded = sorted(e.scheduled_for for e in second.events if e.reason == "superseded by a later misfire")
     assert superseded == [T0 + 480, T0 + 540]
     assert s.catch_up_span["x"][1] == T0 + 1140  # one range: the latest late occurrences
+
+
+def restored(s: Shard) -> Shard:
+    """A new owner of ``s``'s shard: its schedule and the runtime state it wrote to ksched.state,
+    through the real record codec."""
+    from scheduler.processor import codec
+    from scheduler.processor.model import Entry, spec_parts
+
+    r = Shard(0, s.tenants, partitions=1, lease_s=s.lease_s, start_lease_s=s.attempts.start_lease_s)
+    r.cursors = dict(s.cursor_map())
+    e = s.entries["x"]
+    r.restore_entry(Entry(schedule_id="x", tenant="a", version=e.version, state=e.state,
+                          parts=spec_parts(e.spec()), payload=e.payload, effective_from=e.effective_from,
+                          idempotency_key=None))
+    for sid, view in s.runtime_changes():
+        value = codec.encode_runtime(sid, "a", view, T0)
+        if value is not None:
+            codec.restore_state_record(r, sid.encode(), value)
+    r.finish_restore()
+    return r
+
+
+def test_a_retried_allow_attempt_survives_a_handover_and_fences_the_older_attempt() -> None:
+    s = shard(cron="0 * * * *", retry_backoff_base_s=1.0, retry_backoff_cap_s=1.0)
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t1", T0)
+    report(s, "FAILED", T0, 1, "t1", T0)
+    now, _ = until_emitted(s, T0 + 1, T0 + 10, Lane.RETRY)
+    report(s, "STARTED", T0, 2, "t2", now)
+    r = restored(s)  # the owner was killed between STARTED and SUCCEEDED of attempt 2
+    late = report(r, "SUCCEEDED", T0, 1, "t1", now + 1)
+    assert late.ignored and not late.events, late  # the older attempt cannot end the occurrence
+    assert report(r, "SUCCEEDED", T0, 2, "other-token", now + 1).ignored
+    assert [(e.state, e.attempt) for e in report(r, "SUCCEEDED", T0, 2, "t2", now + 2).events] == [
+        ("SUCCEEDED", 2)
+    ]
+    assert [v for _, v in r.runtime_changes()] == [None]  # finished: the record is deleted
+
+
+def test_first_attempts_of_allow_schedules_write_no_state() -> None:
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    s.runtime_changes()
+    report(s, "STARTED", T0, 1, "t", T0)
+    assert s.runtime_changes() == []
+    report(s, "SUCCEEDED", T0, 1, "t", T0 + 1)
+    assert s.runtime_changes() == []
+
+
+def test_an_occurrence_nobody_starts_is_given_up_after_the_start_lease() -> None:
+    s = Shard(0, {"a": Tenant(name="a", retry_budget_per_min=0)}, partitions=1, start_lease_s=30)
+    sp = ScheduleSpec(kind="cron", cron="* * * * *", timezone="UTC", handler="h", overlap="SKIP_IF_RUNNING",
+                      retry_max_attempts=1)
+    s.apply(kind="CREATE", request_id="r", tenant="a", schedule_id="x", idempotency_key=None,
+            expected_version=None, spec=sp, issued_at=T0 - 1, now=T0 - 1)
+    assert [d.scheduled_for for d in tick(s, T0).dispatch] == [T0]  # and no worker ever starts it
+    (_, view), = s.runtime_changes()
+    assert view is not None and view.running[0].lease_until == T0 + 30  # persisted with its deadline
+    assert not any(tick(s, n).events for n in range(T0 + 1, T0 + 31))
+    out = tick(s, T0 + 31)
+    assert [(e.state, "StartLeaseExpired" in (e.reason or "")) for e in out.events] == [("DEAD", True)]
+    assert len(out.dead) == 1
+    assert [d.scheduled_for for d in tick(s, T0 + 60).dispatch] == [T0 + 60]  # no longer blocked
+
+
+def test_a_restored_unstarted_occurrence_gets_a_start_lease() -> None:
+    s = Shard(0, {"a": Tenant(name="a", retry_budget_per_min=0)}, partitions=1, start_lease_s=30)
+    sp = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="h", overlap="QUEUE_ONE",
+                      retry_backoff_base_s=1.0, retry_backoff_cap_s=1.0)
+    s.apply(kind="CREATE", request_id="r", tenant="a", schedule_id="x", idempotency_key=None,
+            expected_version=None, spec=sp, issued_at=T0 - 1, now=T0 - 1)
+    tick(s, T0)
+    r = restored(s)
+    out = tick(r, T0 + 31)
+    assert [e.state for e in out.events] == ["RETRY_WAIT"]
+    _, out = until_emitted(r, T0 + 32, T0 + 40, Lane.RETRY)
+    assert [d.attempt for d in out.dispatch] == [2]
+
+
+def test_a_retryable_failure_of_a_superseded_version_is_canceled_not_dead() -> None:
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t", T0)
+    sp = ScheduleSpec(kind="cron", cron="30 * * * *", timezone="UTC", handler="h")
+    assert s.apply(kind="UPDATE", request_id="u", tenant="a", schedule_id="x", idempotency_key=None,
+                   expected_version=None, spec=sp, issued_at=T0 + 1, now=T0 + 1).accepted
+    res = report(s, "FAILED", T0, 1, "t", T0 + 2)
+    assert [(e.state, e.version) for e in res.events] == [("CANCELED", 1)] and not res.dead
+    assert "superseded by version 2" in (res.events[0].reason or "")
+
+
+def test_a_lease_expiry_of_a_paused_schedule_is_canceled_not_dead() -> None:
+    s = shard(cron="0 * * * *", lease_s=10)
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t", T0)
+    s.apply(kind="PAUSE", request_id="p", tenant="a", schedule_id="x", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=T0 + 1, now=T0 + 1)
+    out = tick(s, T0 + 11)
+    assert [e.state for e in out.events] == ["CANCELED"] and not out.dead
+
+
+def test_a_report_that_does_not_belong_to_the_schedule_is_ignored_before_anything_is_written() -> None:
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    oid = occurrence_id("x", 1, T0)
+    common = dict(kind="FAILED", scheduled_for=T0, attempt=1, token="t", retryable=True, error_class="E",
+                  error_message="boom", now=T0)
+    cases = {
+        "not registered": dict(oid=oid, schedule_id="x", tenant="nobody", version=1),
+        "another tenant": dict(oid=oid, schedule_id="x", tenant="b", version=1),
+        "does not exist": dict(oid=occurrence_id("y", 1, T0), schedule_id="y", tenant="a", version=1),
+        "version 2": dict(oid=occurrence_id("x", 2, T0), schedule_id="x", tenant="a", version=2),
+        "is not H(": dict(oid=occurrence_id("z", 1, T0), schedule_id="x", tenant="a", version=1),
+    }
+    s.tenants["b"] = Tenant(name="b")
+    for why, kw in cases.items():
+        res = apply_report(s, **common, **kw)  # type: ignore[arg-type]
+        assert res.ignored is not None and why in res.ignored, (why, res)
+        assert not res.events and not res.dead
+    assert s.attempts.inflight == {}
+
+
+def test_a_started_report_of_an_occurrence_the_schedule_never_had_is_not_tracked() -> None:
+    s = shard(cron="0 * * * *", lease_s=10)
+    for f, why in ((T0 + 1, "not a fire time"), (T0 + 3600, "in the future")):
+        res = report(s, "STARTED", f, 1, "t", T0)
+        assert res.ignored is not None and why in res.ignored, res
+    assert s.attempts.inflight == {}
+    runs = [d for n in range(T0, T0 + 60) for d in tick(s, n).dispatch]
+    assert [(d.scheduled_for, d.attempt) for d in runs] == [(T0, 1)]  # nothing invented

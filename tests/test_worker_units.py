@@ -24,7 +24,7 @@ from scheduler.worker import (
 )
 from scheduler.worker.handlers import error_class_name, outcome_of
 from scheduler.worker.progress import PartitionProgress
-from scheduler.worker.view import VersionState, verdict
+from scheduler.worker.view import VersionState, verdict, version_state
 
 
 def ctx(**kw: object) -> Context:
@@ -100,6 +100,19 @@ def test_outcome_of_an_exception(exc: BaseException, retryable: bool, cls: str) 
 )
 def test_version_recheck(current: VersionState | None, occ_version: int, expected: str | None) -> None:
     assert verdict(current, occ_version) == expected
+
+
+def test_an_occurrence_pending_through_a_pause_is_not_run() -> None:
+    paused, resumed = 1_800_000_000_000, 1_800_000_600_000
+    resumed_state = version_state(1, "ACTIVE", paused, resumed)
+    before = verdict(resumed_state, 1, paused - 60_000)  # dispatched before the pause, consumed after
+    assert before == ("not run: schedule was paused at 2027-01-15T08:00:00Z while this occurrence "
+                      "(2027-01-15T07:59:00Z) was pending; resumed at 2027-01-15T08:10:00Z")
+    assert verdict(version_state(1, "ACTIVE", paused, paused), 1, paused) is not None  # same second
+    assert verdict(resumed_state, 1, resumed + 1000) is None  # fired after the resume: runs
+    assert verdict(resumed_state, 2, paused - 60_000) is None  # a newer version than the view knows
+    assert verdict(version_state(1, "ACTIVE", paused, None), 1, paused - 60_000) is None  # never resumed
+    assert version_state(1, "ACTIVE") is version_state(1, "ACTIVE", None, None)  # still shared
 
 
 def test_commit_point_is_the_lowest_unfinished_offset() -> None:

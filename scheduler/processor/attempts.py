@@ -12,10 +12,21 @@ cheap at peak, so per-attempt state is kept only where a policy needs it:
   its emission (it occupies the schedule until it ends), and persisted;
 - retry timers and the ``QUEUE_ONE`` waiting occurrence are persisted.
 
+- every attempt after the first (a retry, from its RETRY_WAIT until it ends)
+  is persisted, whatever the overlap policy: a new owner then knows the current
+  attempt number of every occurrence that was ever retried, and fences a late
+  report of an older attempt. A first attempt needs no record: no attempt
+  before it exists to be confused with it, so a burst of ``ALLOW`` first
+  attempts writes no state.
+- an emitted occurrence that is tracked but not yet STARTED holds a *start
+  lease* (``start_lease_s``): a record no worker picks up is given up like a
+  failed attempt instead of occupying its schedule for ever.
+
 Persisted state is rewritten per schedule, in the tick's transaction, only
-when it changes (``dirty``). After a failover, reports of attempts that were
-not persisted are accepted as they come (a STARTED or HEARTBEAT re-establishes
-the lease); a bounded memory of finished occurrences drops duplicates.
+when it changes (``dirty``). After a failover, reports of first attempts that
+were not persisted are accepted as they come (a STARTED or HEARTBEAT
+re-establishes the lease); a bounded memory of finished occurrences drops
+duplicates.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from dataclasses import dataclass
 
 CANCELED_ERROR = "ksched.Canceled"  # a worker's report that it did not run a stale occurrence
 LEASE_EXPIRED = "ksched.LeaseExpired"
+START_LEASE_EXPIRED = "ksched.StartLeaseExpired"  # emitted, but no worker STARTED it in time
 FINISHED_MEMORY = 200_000  # occurrences remembered as finished, to drop duplicate reports
 
 
@@ -40,7 +52,7 @@ class Attempt:
     scheduled_for: int
     attempt: int
     token: str | None = None  # None: emitted, not yet STARTED
-    lease_until: int | None = None  # epoch s; None: no lease (not started)
+    lease_until: int | None = None  # epoch s: heartbeat lease, or start lease while token is None
     retry_at: int | None = None  # epoch s: waiting to be re-emitted (RETRY_WAIT)
     last_error_class: str | None = None
     last_error_message: str | None = None
@@ -56,10 +68,21 @@ class Verdict:
     attempt: Attempt | None = None
 
 
+def persisted_running(a: Attempt, overlap: str) -> bool:
+    """Whether the in-flight (not retry-waiting) attempt ``a`` is written to ``ksched.state``:
+    always for an overlap-tracked schedule (it occupies the schedule), else from the second
+    attempt on (so that a new owner can fence the older attempts' reports)."""
+    return overlap != "ALLOW" or a.attempt > 1
+
+
 class Attempts:
     """In-flight occurrences of one shard."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_lease_s: int = 300) -> None:
+        self.start_lease_s = start_lease_s
+        # Tracked attempts emitted but not STARTED whose start lease is not armed yet: the
+        # overlap gate does not know the tick's clock, so the RETRY lane arms them.
+        self._unleased: list[Attempt] = []
         self.inflight: dict[str, Attempt] = {}  # occurrence_id -> current attempt
         self._by_schedule: dict[str, dict[str, Attempt]] = {}  # the same, indexed by schedule
         self.occupying: dict[str, str] = {}  # schedule_id -> occurrence_id (overlap-tracked)
@@ -77,6 +100,7 @@ class Attempts:
         """An overlap-tracked schedule's occurrence was emitted: it occupies the schedule."""
         self._add(a)
         self.occupying[a.schedule_id] = a.occurrence_id
+        self._unleased.append(a)
         self.dirty.add(a.schedule_id)
 
     def queue_one(self, schedule_id: str, oid: str, version: int, scheduled_for: int) -> bool:
@@ -101,11 +125,20 @@ class Attempts:
         return self._retries[0][0] if self._retries else None
 
     def reemitted(self, a: Attempt, now: int) -> None:
-        """``a`` (attempt already incremented) was emitted again."""
+        """``a`` (attempt already incremented) was emitted again: its start lease begins."""
         a.retry_at = None
         a.token = None
-        a.lease_until = None
+        self.lease(a, now + self.start_lease_s)
         self.dirty.add(a.schedule_id)
+
+    def arm_start_leases(self, now: int) -> None:
+        """Give every tracked attempt emitted (or restored) without a lease its start lease."""
+        pending, self._unleased = self._unleased, []
+        for a in pending:
+            if self.inflight.get(a.occurrence_id) is a and a.token is None and a.retry_at is None \
+                    and a.lease_until is None:
+                self.lease(a, now + self.start_lease_s)
+                self.dirty.add(a.schedule_id)
 
     def expired_leases(self, now: int) -> list[Attempt]:
         """Started attempts whose lease ran out without a heartbeat."""
@@ -160,7 +193,7 @@ class Attempts:
             del self.occupying[a.schedule_id]
             released = self.queued.get(a.schedule_id)  # stays persisted until it is emitted
             self.dirty.add(a.schedule_id)
-        if a.retry_at is not None or a.last_error_class is not None:
+        if a.retry_at is not None or a.last_error_class is not None or a.attempt > 1:  # was persisted
             self.dirty.add(a.schedule_id)
         return released
 
@@ -177,6 +210,8 @@ class Attempts:
             heapq.heappush(self._retries, (a.retry_at, a.occurrence_id, a.attempt))
         elif a.lease_until is not None:
             heapq.heappush(self._leases, (a.lease_until, a.occurrence_id, a.attempt))
+        elif a.token is None:  # restored from a record written before start leases existed
+            self._unleased.append(a)
 
     def drop_schedule(self, schedule_id: str) -> list[Attempt]:
         """Forget the schedule's waiting work (cancel, update, pause): its retries and queued

@@ -367,6 +367,9 @@ def encode_schedule_change(
             version=entry.version,
             state=_lit(entry.state),
             updated_at_ms=now_ms,
+            # the last pause: workers refuse an occurrence that was pending through it
+            paused_at_ms=entry.paused_at_ms,
+            resumed_at_ms=entry.resumed_at_ms,
         )
     )  # type: ignore[arg-type]
     return sched, hist, version

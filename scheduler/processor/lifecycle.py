@@ -9,19 +9,32 @@ occurrence also goes to the tenant's DLQ (``TickOutput.dead``).
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scheduler.domain import occurrence_id
 from scheduler.domain.backoff import retry_delay_s
-from scheduler.processor.attempts import CANCELED_ERROR, LEASE_EXPIRED, Attempt
+from scheduler.processor.attempts import (
+    CANCELED_ERROR,
+    LEASE_EXPIRED,
+    START_LEASE_EXPIRED,
+    Attempt,
+    persisted_running,
+)
 from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Event, Lane, Occurrence
 
 if TYPE_CHECKING:
     from scheduler.processor.shard import Shard, TickOutput
 
 _RETRY = int(Lane.RETRY)
+CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
+INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
+
+log = logging.getLogger("ksched.processor.reports")
+_invalid_logged: dict[int, tuple[float, int]] = {}  # shard id -> (last warning, reports since)
 
 
 @dataclass(slots=True)
@@ -58,19 +71,33 @@ def apply_report(
 ) -> ReportResult:
     """Apply one STARTED / HEARTBEAT / SUCCEEDED / FAILED report; never raises for bad input.
 
-    A report of an attempt that is not the current one, or with another
-    token, is ignored (fencing). A FAILED report with error class
-    ``ksched.Canceled`` means the worker did not run a stale occurrence.
+    A report is first checked against the schedule the shard holds (:func:`invalid_report`):
+    one that names another tenant, an unknown schedule or version, or an occurrence that
+    schedule cannot have, is ignored before anything is written (it would otherwise point
+    a DLQ write at a topic that does not exist, or invent a run when its lease expired).
+    A report of an attempt that is not the current one, or with another token, is ignored
+    (fencing). A FAILED report with error class ``ksched.Canceled`` means the worker did
+    not run a stale occurrence.
     """
     at = shard.attempts
+    e = shard.entries.get(schedule_id)
+    invalid = invalid_report(shard, e, oid=oid, schedule_id=schedule_id, tenant=tenant, version=version,
+                             scheduled_for=scheduled_for)
+    if invalid is not None:
+        _warn_invalid(shard.shard_id, kind, oid, invalid)
+        return ReportResult(ignored=invalid)
+    assert e is not None  # invalid_report checked it
     a, stale = at.current(oid, attempt, token)
     if stale is not None:
         return ReportResult(ignored=stale)
-    e = shard.entries.get(schedule_id)
-    persist = e is not None and e.policy.overlap != "ALLOW"
     if a is None:
-        a = Attempt(oid, schedule_id, tenant, version, scheduled_for, attempt)
+        unknown = unknown_occurrence(e, version, scheduled_for, now)
+        if unknown is not None:
+            _warn_invalid(shard.shard_id, kind, oid, unknown)
+            return ReportResult(ignored=unknown)
+        a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
         at.track(a)
+    persist = persisted_running(a, e.policy.overlap)
     res = ReportResult()
     lease_until = now + shard.lease_s
     if kind == "STARTED":
@@ -90,6 +117,67 @@ def apply_report(
     return res
 
 
+def invalid_report(
+    shard: Shard,
+    e: Entry | None,
+    *,
+    oid: str,
+    schedule_id: str,
+    tenant: str,
+    version: int,
+    scheduled_for: int,
+) -> str | None:
+    """Why a report cannot belong to a schedule of this shard, or None.
+
+    The tenant must be registered and own the schedule, the version must exist
+    (1..current), and ``occurrence_id`` must be ``H(schedule_id, version,
+    scheduled_for)``: that binds the id to the schedule, so a report cannot reach
+    another schedule's attempt through its id.
+    """
+    if tenant not in shard.tenants:
+        return f"tenant {tenant!r} is not registered (report of schedule {schedule_id})"
+    if e is None:
+        return f"schedule {schedule_id} does not exist on shard {shard.shard_id}"
+    if e.tenant != tenant:
+        return f"schedule {schedule_id} belongs to another tenant than {tenant!r}"
+    if not 1 <= version <= e.version:
+        return f"version {version} of schedule {schedule_id} does not exist (current version {e.version})"
+    if oid != occurrence_id(schedule_id, version, scheduled_for):
+        return (f"occurrence_id {oid} is not H(schedule_id, version={version}, "
+                f"scheduled_for={scheduled_for}) of schedule {schedule_id}")
+    return None
+
+
+def unknown_occurrence(e: Entry, version: int, scheduled_for: int, now: int) -> str | None:
+    """Why the processor must not start tracking an attempt of ``e`` at ``scheduled_for``.
+
+    An untracked attempt is adopted from its report, and a tracked one is retried
+    when its lease runs out: adopting an occurrence the schedule never had would
+    invent a run. Its ``scheduled_for`` must not be in the future, and for the
+    current version it must be a fire time of the compiled spec. The shard holds
+    no spec of an older version; such an attempt is adopted unchecked because it
+    is never retried (:func:`fail` records it CANCELED): it cannot cause a run.
+    """
+    if scheduled_for > now + CLOCK_SKEW_S:
+        return f"scheduled_for {scheduled_for} is in the future (now {now}): no such occurrence was emitted"
+    if version == e.version and e.compiled.next_after_epoch(scheduled_for - 1) != scheduled_for:
+        return f"scheduled_for {scheduled_for} is not a fire time of version {version} of {e.schedule_id}"
+    return None
+
+
+def _warn_invalid(shard_id: int, kind: str, oid: str, why: str) -> None:
+    """Log a report that cannot apply (a misbehaving or foreign worker): the first at once, then
+    one line per interval with the count, so a flood of them cannot flood the log."""
+    clock = time.monotonic()
+    last, since = _invalid_logged.get(shard_id, (-INVALID_LOG_EVERY_S, 0))
+    if clock - last < INVALID_LOG_EVERY_S:
+        _invalid_logged[shard_id] = (last, since + 1)
+        return
+    _invalid_logged[shard_id] = (clock, 0)
+    more = f" ({since} more ignored since the last warning)" if since else ""
+    log.warning("shard %d: %s report of %s ignored: %s%s", shard_id, kind, oid, why, more)
+
+
 def _finish(shard: Shard, a: Attempt, state: str, reason: str | None, res: ReportResult) -> None:
     res.events.append(attempt_event(a, state, reason))
     released = shard.attempts.finish(a)
@@ -106,18 +194,27 @@ def fail(
     now: int,
     res: ReportResult,
 ) -> None:
-    """Attempt ``a`` failed: schedule its retry (RETRY_WAIT) or declare it DEAD."""
+    """Attempt ``a`` failed: schedule its retry (RETRY_WAIT), or declare it DEAD; a retryable
+    failure of an occurrence its schedule no longer wants (updated, paused, canceled) is
+    recorded CANCELED: the job did not fail for good, it was superseded."""
     e = shard.entries.get(a.schedule_id)
-    pol = e.policy if e is not None else None
     a.last_error_class, a.last_error_message = error_class, message
     why: str | None = None
     if not retryable:
         why = f"permanent error {error_class}"
-    elif pol is None or e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
-        why = "schedule changed or canceled: no retry"
-    elif a.attempt >= pol.retry_max_attempts:
-        why = f"{a.attempt} attempts made (retry_max_attempts={pol.retry_max_attempts})"
-    if why is None and pol is not None:
+    elif e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
+        if e is None:
+            superseded = "schedule unknown"
+        elif e.version != a.version:
+            superseded = f"superseded by version {e.version}"
+        else:
+            superseded = f"schedule {e.state.lower()}"
+        _finish(shard, a, "CANCELED", f"{superseded}: not retried after {error_class}: {message}"[:1000], res)
+        return
+    elif a.attempt >= e.policy.retry_max_attempts:
+        why = f"{a.attempt} attempts made (retry_max_attempts={e.policy.retry_max_attempts})"
+    else:
+        pol = e.policy
         delay = retry_delay_s(a.occurrence_id, a.attempt, pol.retry_backoff_base_s, pol.retry_backoff_cap_s)
         at = now + math.ceil(delay)
         if pol.retry_deadline_s is not None and at > a.scheduled_for + pol.retry_deadline_s:
@@ -181,11 +278,16 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
             )
         )
         budget -= 1
+    at.arm_start_leases(now)  # occurrences the overlap gate emitted in this tick
     for a in at.expired_leases(now):
         res = ReportResult()
-        fail(
-            shard, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)", now, res
-        )
+        if a.token is None:
+            fail(shard, a, True, START_LEASE_EXPIRED,
+                 f"attempt {a.attempt} was not STARTED within start_lease_s={at.start_lease_s}s of its "
+                 "dispatch (no worker took it)", now, res)
+        else:
+            fail(shard, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)",
+                 now, res)
         out.events.extend(res.events)
         out.dead.extend(res.dead)
     for a in at.due_retries(now):

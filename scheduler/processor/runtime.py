@@ -308,6 +308,7 @@ class Processor:
                 self.tenants,
                 partitions=self.settings.partitions,
                 lease_s=self.settings.lease_s,
+                start_lease_s=self.settings.start_lease_s,
                 finished_retention_s=self.settings.finished_retention_s,
             )
             for p in producers

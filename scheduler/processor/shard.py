@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from scheduler.domain import ScheduleSpec, SpecError, occurrence_id, schedule_id_for
 from scheduler.domain.ids import jitter_within_s, new_schedule_id
 from scheduler.kafka.partitioner import partition_for
-from scheduler.processor.attempts import Attempt, Attempts
+from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.lifecycle import admit, attempt_event, emit_retries
 from scheduler.processor.model import (
@@ -92,7 +92,7 @@ class ScheduleRuntimeView:
 
     version: int
     catch_up: tuple[int, int] | None = None  # next scheduled_for to emit, last (inclusive)
-    running: list[Attempt] = field(default_factory=list)  # overlap-tracked in-flight attempts
+    running: list[Attempt] = field(default_factory=list)  # overlap-tracked, or retried, in flight
     retries: list[Attempt] = field(default_factory=list)  # RETRY_WAIT attempts
     queued: tuple[str, int, int] | None = None  # QUEUE_ONE waiting (oid, version, scheduled_for)
 
@@ -107,13 +107,14 @@ class Shard:
         *,
         partitions: int,
         lease_s: int = 30,
+        start_lease_s: int = 300,
         finished_retention_s: int = 7 * 86_400,
     ) -> None:
         self.shard_id = shard_id
         self.lease_s = lease_s
         self.finished_retention_s = finished_retention_s
         self._finished: list[tuple[int, str]] = []  # heap of (finished_at, schedule_id): purge order
-        self.attempts = Attempts()
+        self.attempts = Attempts(start_lease_s)
         self.released: list[tuple[str, str, int, int]] = []  # QUEUE_ONE (sid, oid, version, f) to emit
         self._retry_buckets: dict[str, TokenBucket] = {}
         self.restored_runtime: dict[str, ScheduleRuntimeView] = {}
@@ -246,11 +247,11 @@ class Shard:
         if e is None:
             return None
         mine = self.attempts.of_schedule(sid)
-        tracked = e.policy.overlap != "ALLOW"
+        overlap = e.policy.overlap
         view = ScheduleRuntimeView(
             version=e.version,
             catch_up=self.catch_up_span.get(sid),
-            running=[a for a in mine if a.retry_at is None and tracked],
+            running=[a for a in mine if a.retry_at is None and persisted_running(a, overlap)],
             retries=[a for a in mine if a.retry_at is not None],
             queued=self.attempts.queued.get(sid),
         )

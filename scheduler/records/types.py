@@ -347,6 +347,8 @@ class VersionRecord:
     version: int
     state: ScheduleState
     updated_at_ms: int
+    paused_at_ms: int | None = None
+    resumed_at_ms: int | None = None
 
 
 Record = (

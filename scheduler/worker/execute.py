@@ -4,8 +4,8 @@ The order for each job, on a pool thread::
 
     1. register the Context for cooperative cancellation (before the recheck,
        so a version record applied in between still reaches it);
-    2. recheck against the versions view: stale, canceled or paused ->
-       final report FAILED ksched.Canceled, handler not called;
+    2. recheck against the versions view: stale, canceled, paused, or pending
+       through a pause -> final report FAILED ksched.Canceled, handler not called;
     3. unknown handler name -> final report FAILED retryable ksched.UnknownHandler;
     4. STARTED with a fresh fencing token, heartbeats on;
     5. the handler; its outcome (``handlers.outcome_of``);
@@ -139,7 +139,7 @@ class Executor:
         with self._lock:
             contexts = list(self._running.get(schedule_id, ()))
         for ctx in contexts:
-            reason = verdict(state, ctx.version)
+            reason = verdict(state, ctx.version, ctx.scheduled_for_ms)
             if reason is not None:
                 log.info("cancelling running %s: %s", ctx.occurrence_id, reason)
                 ctx.cancel(reason)
@@ -198,7 +198,7 @@ class Executor:
 
     def _attempt(self, job: Job, ctx: Context) -> Outcome:
         occ = job.occurrence
-        reason = self._view.verdict(occ.schedule_id, occ.version)
+        reason = self._view.verdict(occ.schedule_id, occ.version, occ.scheduled_for_ms)
         if reason is not None:
             log.info("not running %s: %s", occ.occurrence_id, reason)
             return canceled(reason)

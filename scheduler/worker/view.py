@@ -12,6 +12,8 @@ The pre-effect recheck (:meth:`VersionsView.verdict`):
 
 - occurrence version < the view's version       -> not run: "superseded by version N"
 - same version and state CANCELED / PAUSED      -> not run: "schedule canceled" / "schedule paused"
+- same version, ``scheduled_for`` at or before the
+  end of the schedule's last pause              -> not run: "not run: schedule was paused at ..."
 - a schedule absent from the view, or a view version *lower* than the
   occurrence's                                  -> run.
 
@@ -24,6 +26,17 @@ and start, and the cancellation flag still reaches the running handler. It
 follows that the processor must not tombstone a schedule's version record
 while occurrences of it can still be on the dispatch topic. COMPLETED runs:
 a one-time schedule completes in the tick that emits its only occurrence.
+
+A pause drops the schedule's pending work and resume fires nothing for the
+paused span (DESIGN.md §4), but a dispatch record emitted before the pause
+stays on the topic: the version record carries the last pause
+(``paused_at_ms``, ``resumed_at_ms``, VersionRecord v2), and an occurrence
+scheduled at or before the resume was pending through the pause and is not
+run: nothing is emitted during a pause, and after it the processor fires only
+times strictly after its resume second (both instants are whole seconds of
+the processor's clock, so a pause within the second of a firing still counts).
+One span is enough: every occurrence before an earlier pause is also before
+the last resume.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,22 +66,46 @@ BLOCKING_STATES = {"CANCELED": "schedule canceled", "PAUSED": "schedule paused"}
 class VersionState:
     version: int
     state: str
+    paused_at_ms: int | None = None  # the schedule's last pause, if it was resumed since
+    resumed_at_ms: int | None = None
+
+
+def version_state(
+    version: int, state: str, paused_at_ms: int | None = None, resumed_at_ms: int | None = None
+) -> VersionState:
+    """Shared instances: millions of schedules hold a handful of distinct (version, state); only
+    schedules resumed after a pause hold instants of their own."""
+    if paused_at_ms is None or resumed_at_ms is None or resumed_at_ms < paused_at_ms:
+        return _shared_state(version, state, None, None)  # no completed pause: nothing to refuse
+    return _shared_state(version, state, paused_at_ms, resumed_at_ms)
 
 
 @functools.lru_cache(maxsize=4096)
-def version_state(version: int, state: str) -> VersionState:
-    """Shared instances: millions of schedules hold a handful of distinct (version, state)."""
-    return VersionState(version=version, state=state)
+def _shared_state(version: int, state: str, paused_at_ms: int | None, resumed_at_ms: int | None
+                  ) -> VersionState:
+    return VersionState(version=version, state=state, paused_at_ms=paused_at_ms, resumed_at_ms=resumed_at_ms)
 
 
-def verdict(current: VersionState | None, version: int) -> str | None:
-    """Why an occurrence of ``version`` must not run given ``current``, or None to run it."""
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
+
+
+def verdict(current: VersionState | None, version: int, scheduled_for_ms: int | None = None) -> str | None:
+    """Why an occurrence of ``version`` at ``scheduled_for_ms`` must not run given ``current``,
+    or None to run it."""
     if current is None:
         return None  # not (yet) in the view: run (module docstring)
     if current.version > version:
         return f"superseded by version {current.version}"
     if current.version == version:
-        return BLOCKING_STATES.get(current.state)
+        blocked = BLOCKING_STATES.get(current.state)
+        if blocked is not None:
+            return blocked
+        resumed = current.resumed_at_ms
+        if resumed is not None and current.paused_at_ms is not None and scheduled_for_ms is not None \
+                and scheduled_for_ms <= resumed:  # the processor fires nothing at or before its resume second
+            return (f"not run: schedule was paused at {_utc(current.paused_at_ms)} while this occurrence "
+                    f"({_utc(scheduled_for_ms)}) was pending; resumed at {_utc(resumed)}")
     return None  # the view has not seen this version yet: run (module docstring)
 
 
@@ -151,9 +189,10 @@ class VersionsView:
         with self._lock:
             return self._states.get(schedule_id)
 
-    def verdict(self, schedule_id: str, version: int) -> str | None:
-        """None to run an occurrence of ``schedule_id`` at ``version``, else why not."""
-        return verdict(self.get(schedule_id), version)
+    def verdict(self, schedule_id: str, version: int, scheduled_for_ms: int | None = None) -> str | None:
+        """None to run an occurrence of ``schedule_id`` at ``version`` scheduled for
+        ``scheduled_for_ms``, else why not."""
+        return verdict(self.get(schedule_id), version, scheduled_for_ms)
 
     def __len__(self) -> int:
         with self._lock:
@@ -205,7 +244,9 @@ class VersionsView:
         if rec["tenant"] != self.tenant:
             self._malformed(m, f"record of tenant {rec['tenant']!r}")
             return
-        sid, state = rec["schedule_id"], version_state(rec["version"], rec["state"])
+        sid = rec["schedule_id"]
+        # a v1 record resolves with both instants null
+        state = version_state(rec["version"], rec["state"], rec["paused_at_ms"], rec["resumed_at_ms"])
         with self._lock:
             self._states[sid] = state
         self._notify(sid, state)
