@@ -115,6 +115,13 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
                         reported_at_ms=int(time.time() * 1000),
                     )
                     send(p, settings, encode(report), valid[0].encode())
+                home = partition_for(valid[1].encode(), settings.partitions)
+                astray = AttemptReport(  # a real occurrence, reported on another shard's partition
+                    occurrence_id=occurrence_id(valid[1], 1, due), schedule_id=valid[1], tenant=TENANT,
+                    version=1, scheduled_for_ms=due * 1000, attempt=1, token="t", kind="SUCCEEDED",
+                    worker_id="w", reported_at_ms=int(time.time() * 1000),
+                )
+                send(p, settings, encode(astray), valid[1].encode(), (home + 1) % settings.partitions)
         assert time.time() < due, "publishing took too long for the test's premise"
         answers: dict[str, CommandResult] = {}
         undecodable: list[CommandResult] = []
@@ -162,3 +169,4 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     assert max(lags) < 3000, lags
     assert metrics.reports_ignored.labels(kind="FAILED")._value.get() >= 1
     assert metrics.reports_ignored.labels(kind="STARTED")._value.get() >= 1
+    assert metrics.reports_ignored.labels(kind="SUCCEEDED")._value.get() >= 1  # the wrong partition
