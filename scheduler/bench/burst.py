@@ -79,7 +79,7 @@ def _plain_rate(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) 
 
 def _run(args: argparse.Namespace) -> int:
     from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.clients import consumer, producer
+    from scheduler.kafka.clients import consumer, produce_waiting, producer
     from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
     from scheduler.tenants import Tenant
     from scheduler.topology import topic_name
@@ -146,12 +146,7 @@ def _run(args: argparse.Namespace) -> int:
                 spec=ScheduleSpecRecord.from_domain(spec),
                 issued_at_ms=int(time.time() * 1000),
             )
-            while True:
-                try:
-                    cmd_producer.produce(t_commands, encode(cmd), sid.encode())
-                    break
-                except BufferError:
-                    cmd_producer.poll(0.01)
+            produce_waiting(cmd_producer, t_commands, encode(cmd), sid.encode())
         cmd_producer.flush(300)
         accepted = 0
         seen_results = 0

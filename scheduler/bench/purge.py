@@ -50,7 +50,7 @@ def _start(env: dict[str, str], port: int, shards: int) -> tuple[Any, float | No
 def _run(args: argparse.Namespace) -> int:
     from scheduler.bench.common import bench_namespace, report
     from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.clients import producer
+    from scheduler.kafka.clients import produce_waiting, producer
     from scheduler.records import Schedule, ScheduleSpecRecord, encode
     from scheduler.subprocesses import stop_all
     from scheduler.tenants import Tenant
@@ -82,12 +82,7 @@ def _run(args: argparse.Namespace) -> int:
                 effective_from_ms=now_ms - 7_300_000, idempotency_key=None,
             )
         )
-        while True:
-            try:
-                prod.produce(topic, value, sid.encode())
-                break
-            except BufferError:
-                prod.poll(0.05)
+        produce_waiting(prod, topic, value, sid.encode())
     prod.flush(300)
 
     proc, full_s, full_rss = _start(env, port, shards)

@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
     from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.clients import producer
+    from scheduler.kafka.clients import produce_waiting, producer
     from scheduler.records import Schedule, ScheduleSpecRecord, encode
     from scheduler.subprocesses import stop_all
     from scheduler.tenants import Tenant
@@ -64,12 +64,7 @@ def _run(args: argparse.Namespace) -> int:
                 idempotency_key=None,
             )
         )
-        while True:
-            try:
-                prod.produce(topic, value, sid.encode())
-                break
-            except BufferError:
-                prod.poll(0.05)
+        produce_waiting(prod, topic, value, sid.encode())
     prod.flush(300)
     print(f"wrote {n:,} schedule records in {time.perf_counter() - t0:.1f}s")
 

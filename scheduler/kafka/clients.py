@@ -32,6 +32,20 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def produce_waiting(
+    producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int = -1
+) -> None:
+    """``produce()``, waiting for room when the client's queue is full instead of raising
+    BufferError (never dropping a record; inside a transaction an escaping BufferError would
+    leave it open). ``partition`` -1: by key. Polls the producer: call from its owning thread."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def producer(bootstrap: str, **extra: Any) -> Producer:
     return Producer(producer_config(bootstrap, **extra))
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from scheduler.kafka.clients import consumer_config, transactional_producer
+from scheduler.kafka.clients import produce_waiting as _produce
 from scheduler.kafka.partitioner import partition_for
 from scheduler.processor import codec
 from scheduler.processor.attempts import Attempt
@@ -94,17 +95,6 @@ class OwnedShard:
 # Producer errors that mean another owner has the shard's transactional id. A fenced producer's
 # produce() raises _FATAL (its fatal() flag is not always set on that error object).
 _FENCED_CODES = (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
-
-
-def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes, partition: int = -1) -> None:
-    """``produce()``, waiting for room when the client's queue is full (never dropping a record:
-    a BufferError escaping a tick would leave its transaction open). ``partition`` -1: by key."""
-    while True:
-        try:
-            producer.produce(topic, value, key, partition=partition)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 def _release_free_memory() -> None:
