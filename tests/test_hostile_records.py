@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from test_attempts_e2e import Running
+from test_processor_failover import isolated, with_topics
 
 from scheduler.client import SchedulerClient
 from scheduler.domain import ScheduleSpec, occurrence_id, schedule_id_for
@@ -29,10 +30,11 @@ from scheduler.records import (
     encode,
 )
 from scheduler.settings import Settings
-from scheduler.tenants import Tenant, add_tenant, load_tenants
+from scheduler.tenants import Tenant
 from scheduler.topology import topic_name
 
 pytestmark = pytest.mark.kafka
+__all__ = ["isolated"]  # a fixture, used by name
 TENANT = "hv"
 
 
@@ -41,18 +43,16 @@ def once(ts: int, **kw: object) -> ScheduleSpec:
     return ScheduleSpec(kind="once", at=at, timezone="UTC", handler="h", **kw)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def stack(kafka_settings: Settings) -> Iterator[tuple[Settings, ProcessorMetrics]]:
-    from scheduler.cli.topics_cmd import apply_all
-
-    add_tenant(kafka_settings.tenants_file, Tenant(name=TENANT))
-    apply_all()
-    settings = kafka_settings.replace(tick_interval_ms=50)
+@pytest.fixture
+def stack(isolated: Settings) -> Iterator[tuple[Settings, ProcessorMetrics]]:
+    """A namespace of its own: the garbage this test publishes must not reach other tests'
+    readers of the shared commands topic."""
+    tenants = with_topics(isolated, Tenant(name=TENANT))
     metrics = ProcessorMetrics()
-    proc = Running(Processor(settings, tenants=load_tenants(settings.tenants_file), metrics=metrics))
-    with SchedulerClient(settings, timeout_s=60) as client:  # answered: the processor owns its shards
+    proc = Running(Processor(isolated, tenants=tenants, metrics=metrics))
+    with SchedulerClient(isolated, timeout_s=60) as client:  # answered: the processor owns its shards
         client.create(TENANT, once(int(time.time()) + 86_400), key="warm-up")
-    yield settings, metrics
+    yield isolated, metrics
     proc.stop()
 
 

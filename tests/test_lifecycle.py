@@ -221,7 +221,28 @@ def test_a_retried_allow_attempt_survives_a_handover_and_fences_the_older_attemp
     assert [(e.state, e.attempt) for e in report(r, "SUCCEEDED", T0, 2, "t2", now + 2).events] == [
         ("SUCCEEDED", 2)
     ]
-    assert [v for _, v in r.runtime_changes()] == [None]  # finished: the record is deleted
+    # finished: only the marker that fences attempt 1 is left, and it survives a second handover
+    view = r.runtime_view("x")
+    assert view is not None and view.running == view.retries == []
+    assert [(n, until - (now + 2)) for _, n, until in view.finished] == [(2, 86_400)]
+    again = restored(r)
+    late = report(again, "FAILED", T0, 1, "t1", now + 3)
+    assert late.ignored and not late.events and not again.attempts.inflight  # no second run
+
+
+def test_a_fence_marker_expires_and_is_not_written_back() -> None:
+    from scheduler.processor import codec
+
+    s = shard(cron="0 * * * *", retry_backoff_base_s=1.0, retry_backoff_cap_s=1.0)
+    tick(s, T0)
+    report(s, "STARTED", T0, 1, "t1", T0)
+    report(s, "FAILED", T0, 1, "t1", T0)
+    now, _ = until_emitted(s, T0 + 1, T0 + 10, Lane.RETRY)
+    report(s, "SUCCEEDED", T0, 2, "t2", now)
+    ((sid, view),) = s.runtime_changes()
+    assert codec.encode_runtime(sid, "a", view, now + 86_401) is not None
+    record = codec.decode(codec.encode_runtime(sid, "a", view, now + 86_401) or b"", codec.ScheduleRuntime)
+    assert record.finished == ()
 
 
 def test_first_attempts_of_allow_schedules_write_no_state() -> None:

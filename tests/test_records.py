@@ -366,6 +366,7 @@ def test_public_api_is_pinned() -> None:
             "DlqEntry",
             "Occurrence",
             "OccurrenceEvent",
+            "FinishedAttempt",
             "QueuedOccurrence",
             "Record",
             "RecordDecodeError",

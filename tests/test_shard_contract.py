@@ -251,7 +251,7 @@ def test_a_finished_schedule_still_running_or_revived_is_not_purged() -> None:
     assert cmd(s, "UPDATE", "again", T0 + 50, once(T0 + 500)).accepted  # a new version: active again
     assert s.due(T0 + 200, 100, float(T0 + 200)).purged == []
     assert set(s.entries) == {"busy", "again"}
-    s.attempts.finish(s.attempts.inflight[occurrence_id("busy", 1, T0 + 10)])
+    s.attempts.finish(s.attempts.inflight[occurrence_id("busy", 1, T0 + 10)], T0 + 200)
     assert [e.schedule_id for e in s.due(T0 + 260, 100, float(T0 + 260)).purged] == ["busy"]
 
 
@@ -271,3 +271,64 @@ def test_a_restored_lane_without_schedules_does_not_hold_the_watermark_back() ->
     s.finish_restore(T0 + 100)
     s.due(T0 + 100, 10, float(T0 + 100))
     assert s.watermark() == T0 + 100
+
+
+def test_a_restore_mid_throttle_keeps_judging_lateness_where_the_quota_started() -> None:
+    from scheduler.processor import codec
+
+    tenants = {"a": Tenant(name="a", trigger_rate_per_s=10)}
+    s = Shard(0, tenants, partitions=1)
+    _load([s], 1000, T0, misfire="SKIP", max_lateness_s=60)
+    first = _run([s], T0, 40)
+    restored = Shard(0, tenants, partitions=1)
+    for e in list(s.entries.values()):
+        if e.state == "ACTIVE":
+            restored.restore_entry(e)
+    codec.restore_state_record(restored, b"shard:0", codec.encode_shard_state(s, float(T0 + 40)))
+    restored.finish_restore(T0 + 40)  # a failover (or an aborted tick) 40 s into the backlog
+    rest = _run([restored], T0 + 40, 70)
+    seen = first + rest
+    assert sum(1 for _, x in seen if getattr(x, "state", None) == "MISSED") == 0
+    assert len({x.schedule_id for _, x in seen if not hasattr(x, "state")}) == 1000  # type: ignore[attr-defined]
+
+
+def test_a_report_of_a_fire_time_before_the_version_existed_invents_no_run() -> None:
+    from scheduler.processor.lifecycle import apply_report
+
+    s = shard()
+    cmd(s, "CREATE", "h", T0, cron("0 * * * *"))
+    old = T0 - 30 * 86_400  # a fire time of the expression, a month before the schedule existed
+    res = apply_report(s, kind="STARTED", oid=occurrence_id("h", 1, old), schedule_id="h", tenant="a",
+                       version=1, scheduled_for=old, attempt=1, token="t", retryable=None,
+                       error_class=None, error_message=None, now=T0 + 10)
+    assert res.ignored is not None and "before version 1" in res.ignored
+    assert s.attempts.inflight == {}
+
+
+def test_an_update_starts_a_version_without_the_old_versions_pause() -> None:
+    s = shard()
+    cmd(s, "CREATE", "x", T0, cron())
+    cmd(s, "PAUSE", "x", T0 + 10)
+    cmd(s, "RESUME", "x", T0 + 100)
+    r = cmd(s, "UPDATE", "x", T0 + 130, once(T0 + 95, max_lateness_s=60))
+    assert r.entry is not None and (r.entry.paused_at_ms, r.entry.resumed_at_ms) == (None, None)
+    assert tick(s, T0 + 130) == [("x", T0 + 95, int(Lane.CATCH_UP))]
+
+
+def test_pausing_a_one_time_whose_late_run_still_waits_drops_it_with_an_event() -> None:
+    s = Shard(0, {"a": Tenant(name="a", catch_up_rate_per_s=1)}, partitions=1)
+    for sid in ("x", "y"):
+        cmd(s, "CREATE", sid, T0, once(T0 - 5))
+    assert [d[0] for d in tick(s, T0)] == ["x"]  # the catch-up quota holds "y" back
+    r = cmd(s, "PAUSE", "y", T0)
+    assert r.accepted and [(e.state, e.reason) for e in r.events] == [("CANCELED", "paused")]
+    assert tick(s, T0 + 5) == [] and s.runtime_view("y") is None
+
+
+def test_a_create_replay_of_a_long_past_one_time_is_still_a_replay() -> None:
+    s = shard()
+    sid = schedule_id_for("a", "k")
+    assert cmd(s, "CREATE", sid, T0, once(T0 + 60), key="k").accepted
+    tick(s, T0 + 60)
+    again = cmd(s, "CREATE", sid, T0 + 3 * 86_400, once(T0 + 60), key="k")
+    assert again.accepted and again.entry is None and again.version == 1

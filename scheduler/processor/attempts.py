@@ -39,6 +39,9 @@ CANCELED_ERROR = "ksched.Canceled"  # a worker's report that it did not run a st
 LEASE_EXPIRED = "ksched.LeaseExpired"
 START_LEASE_EXPIRED = "ksched.StartLeaseExpired"  # emitted, but no worker STARTED it in time
 FINISHED_MEMORY = 200_000  # occurrences remembered as finished, to drop duplicate reports
+# A retried occurrence's final attempt is persisted this long after it finished, so that a late
+# report of an older attempt (a zombie worker) is still fenced by a new owner after a failover.
+FENCE_KEEP_S = 86_400
 
 
 @dataclass(slots=True)
@@ -90,6 +93,9 @@ class Attempts:
         self._retries: list[tuple[int, str, int]] = []  # heap of (retry_at, oid, attempt)
         self._leases: list[tuple[int, str, int]] = []  # heap of (lease_until, oid, attempt)
         self._finished: OrderedDict[str, int] = OrderedDict()  # oid -> last attempt seen finished
+        # Persisted part of it: schedule_id -> {oid: (final attempt, keep until epoch s)} for
+        # occurrences that had more than one attempt (ScheduleRuntime.finished).
+        self.fenced: dict[str, dict[str, tuple[int, int]]] = {}
         self.dirty: set[str] = set()  # schedule ids whose persisted runtime state changed
 
     # -- emission ---------------------------------------------------------------
@@ -183,11 +189,17 @@ class Attempts:
         heapq.heappush(self._retries, (at, a.occurrence_id, a.attempt))
         self.dirty.add(a.schedule_id)
 
-    def finish(self, a: Attempt) -> tuple[str, int, int] | None:
+    def finish(self, a: Attempt, now: int) -> tuple[str, int, int] | None:
         """``a``'s occurrence ended (succeeded, dead or canceled); returns the QUEUE_ONE occurrence
         now released, if any."""
         self._remove(a)
         self.remember_finished(a.occurrence_id, a.attempt)
+        if a.attempt > 1:  # older attempts of it exist: keep fencing them across a failover
+            mine = self.fenced.setdefault(a.schedule_id, {})
+            for oid in [o for o, (_, until) in mine.items() if until <= now]:
+                del mine[oid]
+            mine[a.occurrence_id] = (a.attempt, now + FENCE_KEEP_S)
+            self.dirty.add(a.schedule_id)
         released = None
         if self.occupying.get(a.schedule_id) == a.occurrence_id:
             del self.occupying[a.schedule_id]
@@ -223,6 +235,17 @@ class Attempts:
         if self.queued.pop(schedule_id, None) is not None or dropped:
             self.dirty.add(schedule_id)
         return dropped
+
+    def restore_fenced(self, schedule_id: str, markers: list[tuple[str, int, int]]) -> None:
+        """Adopt persisted finished markers ``(oid, final attempt, keep until)``."""
+        mine = self.fenced.setdefault(schedule_id, {})
+        for oid, attempt, until in markers:
+            mine[oid] = (attempt, until)
+            self.remember_finished(oid, attempt)
+
+    def fenced_of(self, schedule_id: str) -> list[tuple[str, int, int]]:
+        """The schedule's persisted finished markers ``(oid, final attempt, keep until)``."""
+        return [(oid, n, until) for oid, (n, until) in self.fenced.get(schedule_id, {}).items()]
 
     def of_schedule(self, schedule_id: str) -> list[Attempt]:
         return list(self._by_schedule.get(schedule_id, {}).values())

@@ -15,6 +15,7 @@ from scheduler.records import (
     AttemptReport,
     CommandResult,
     DlqEntry,
+    FinishedAttempt,
     LaneCursor,
     OccurrenceEvent,
     QueuedOccurrence,
@@ -72,8 +73,12 @@ def shard_state_key(p: int) -> bytes:
 
 
 def encode_shard_state(shard: Shard, clock: float) -> bytes:
+    throttled = shard.throttled_map()
     cursors = tuple(
-        LaneCursor(tenant=t, lane=lane.name, at_s=c[0], schedule_id=c[1])  # type: ignore[arg-type]
+        LaneCursor(
+            tenant=t, lane=lane.name, at_s=c[0], schedule_id=c[1],  # type: ignore[arg-type]
+            throttled_from_s=throttled.get((t, lane)),
+        )
         for (t, lane), c in sorted(shard.cursor_map().items())
     )
     return encode(
@@ -93,6 +98,9 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
     if cls is ShardState:
         st = decode(value, ShardState)
         shard.cursors = {(c.tenant, Lane[c.lane]): (c.at_s, c.schedule_id) for c in st.cursors}
+        shard.restored_throttled = {
+            (c.tenant, Lane[c.lane]): c.throttled_from_s for c in st.cursors if c.throttled_from_s is not None
+        }
     elif cls is ScheduleRuntime:
         rt = decode(value, ScheduleRuntime)
         catch_up = None
@@ -114,6 +122,7 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
             queued=None if rt.queued is None else (
                 rt.queued.occurrence_id, rt.queued.version, rt.queued.scheduled_for_ms // 1000
             ),
+            finished=[(f.occurrence_id, f.attempt, f.until_ms // 1000) for f in rt.finished],
         )
     else:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
@@ -162,6 +171,11 @@ def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now:
             queued=None if view.queued is None else QueuedOccurrence(
                 occurrence_id=view.queued[0], version=view.queued[1],
                 scheduled_for_ms=view.queued[2] * 1000, available_at_ms=view.queued[2] * 1000,
+            ),
+            finished=tuple(
+                FinishedAttempt(occurrence_id=oid, attempt=n, until_ms=until * 1000)
+                for oid, n, until in view.finished
+                if until > now
             ),
             catch_up_cursor_ms=None if view.catch_up is None else view.catch_up[0] * 1000,
             catch_up_until_ms=None if view.catch_up is None else view.catch_up[1] * 1000,

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 _RETRY = int(Lane.RETRY)
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
+# A one-time schedule created this long (plus its max_lateness_s) after its time is refused; within
+# it, its occurrence fires late (shard.Shard._arm_new). Here, to bound the occurrences of a version.
+PAST_ONCE_LIMIT_S = 86_400
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
 
 log = logging.getLogger("ksched.processor.reports")
@@ -107,9 +110,9 @@ def apply_report(
             a.token = token
         at.lease(a, lease_until)
     elif kind == "SUCCEEDED":
-        _finish(shard, a, "SUCCEEDED", None, res)
+        _finish(shard, a, "SUCCEEDED", None, res, now)
     elif kind == "FAILED" and error_class == CANCELED_ERROR:
-        _finish(shard, a, "CANCELED", error_message or "not run: stale", res)
+        _finish(shard, a, "CANCELED", error_message or "not run: stale", res, now)
     elif kind == "FAILED":
         fail(shard, a, bool(retryable), error_class, error_message, now, res)
     else:
@@ -160,9 +163,30 @@ def unknown_occurrence(e: Entry, version: int, scheduled_for: int, now: int) -> 
     """
     if scheduled_for > now + CLOCK_SKEW_S:
         return f"scheduled_for {scheduled_for} is in the future (now {now}): no such occurrence was emitted"
-    if version == e.version and e.compiled.next_after_epoch(scheduled_for - 1) != scheduled_for:
-        return f"scheduled_for {scheduled_for} is not a fire time of version {version} of {e.schedule_id}"
+    if version == e.version:
+        if e.compiled.next_after_epoch(scheduled_for - 1) != scheduled_for:
+            return f"scheduled_for {scheduled_for} is not a fire time of version {version} of {e.schedule_id}"
+        if scheduled_for < version_start(e):
+            return (f"scheduled_for {scheduled_for} is before version {version} of {e.schedule_id} "
+                    f"took effect ({version_start(e)})")
     return None
+
+
+def version_start(e: Entry) -> int:
+    """The earliest ``scheduled_for`` an occurrence of ``e``'s current version can have.
+
+    ``effective_from`` (the create or update; a RESUME moves it on, so a pause's start and,
+    for version 1, the creation bound it too), less the slack a one-time schedule created
+    after its time still fires within (docs/schedules.md).
+    """
+    start = e.effective_from
+    if e.paused_at_ms is not None:
+        start = min(start, e.paused_at_ms // 1000)
+    if e.version == 1 and e.created_at_ms:
+        start = min(start, e.created_at_ms // 1000)
+    if e.compiled.kind == "once":
+        start -= PAST_ONCE_LIMIT_S + e.policy.max_lateness_s
+    return start
 
 
 def _warn_invalid(shard_id: int, kind: str, oid: str, why: str) -> None:
@@ -178,9 +202,9 @@ def _warn_invalid(shard_id: int, kind: str, oid: str, why: str) -> None:
     log.warning("shard %d: %s report of %s ignored: %s%s", shard_id, kind, oid, why, more)
 
 
-def _finish(shard: Shard, a: Attempt, state: str, reason: str | None, res: ReportResult) -> None:
+def _finish(shard: Shard, a: Attempt, state: str, reason: str | None, res: ReportResult, now: int) -> None:
     res.events.append(attempt_event(a, state, reason))
-    released = shard.attempts.finish(a)
+    released = shard.attempts.finish(a, now)
     if released is not None:
         shard.released.append((a.schedule_id, *released))
 
@@ -209,7 +233,8 @@ def fail(
             superseded = f"superseded by version {e.version}"
         else:
             superseded = f"schedule {e.state.lower()}"
-        _finish(shard, a, "CANCELED", f"{superseded}: not retried after {error_class}: {message}"[:1000], res)
+        why = f"{superseded}: not retried after {error_class}: {message}"[:1000]
+        _finish(shard, a, "CANCELED", why, res, now)
         return
     elif a.attempt >= e.policy.retry_max_attempts:
         why = f"{a.attempt} attempts made (retry_max_attempts={e.policy.retry_max_attempts})"
@@ -224,7 +249,7 @@ def fail(
             res.events.append(attempt_event(a, "RETRY_WAIT", f"{error_class}: {message}"[:500]))
             return
     res.dead.append(a)
-    _finish(shard, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res)
+    _finish(shard, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res, now)
 
 
 def admit(shard: Shard, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
@@ -294,7 +319,7 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
         e = shard.entries.get(a.schedule_id)
         if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
             res = ReportResult()
-            _finish(shard, a, "CANCELED", "schedule changed or canceled before the retry", res)
+            _finish(shard, a, "CANCELED", "schedule changed or canceled before the retry", res, now)
             shard.retry_throttled.pop(a.occurrence_id, None)
             out.events.extend(res.events)
             continue

@@ -25,7 +25,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from scheduler.kafka.clients import consumer_config, transactional_producer
 from scheduler.kafka.clients import produce_waiting as _produce
-from scheduler.kafka.partitioner import partition_for
 from scheduler.processor import codec
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.metrics import ProcessorMetrics
@@ -34,7 +33,7 @@ from scheduler.processor.restore import restore_shards
 from scheduler.processor.shard import CommandOutcome, Shard, TickOutput
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, load_tenants
-from scheduler.topology import topic_name
+from scheduler.topology import load_declarations, topic_name
 
 log = logging.getLogger("ksched.processor")
 
@@ -90,6 +89,9 @@ class OwnedShard:
     partition: TopicPartition
     last_state_write: float = 0.0
     offsets: dict[int, int] = field(default_factory=dict)
+    rebuild: bool = False  # a record hit a bug mid-apply: rebuild from Kafka once its answer is committed
+    # Occurrence events written in the open transaction, by (tenant, state): counted once it commits.
+    events: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 # Producer errors that mean another owner has the shard's transactional id. A fenced producer's
@@ -165,6 +167,7 @@ class Processor:
                 "client.id": f"ksched-processor-{self.instance_id}",
             },
         )
+        self._warn_short_retention()
         self.consumer = Consumer(cfg)
         self._subscribe()
         log.info("processor %s joined group %s", self.instance_id, self.group_id)
@@ -182,6 +185,20 @@ class Processor:
                 self._drop(p)
             self.consumer.close()
             log.info("processor %s stopped", self.instance_id)
+
+    def _warn_short_retention(self) -> None:
+        """A purged schedule's version record is tombstoned, and a worker runs an occurrence whose
+        schedule it does not know: a canceled occurrence still waiting on a dispatch topic would
+        run. Say so when finished schedules are kept for less than the dispatch topics keep them."""
+        _, decls = load_declarations()
+        keep_ms = max((d.retention_ms or 0 for d in decls if d.name == "dispatch"), default=0)
+        if self.settings.finished_retention_s * 1000 < keep_ms:
+            log.warning(
+                "finished_retention_s=%d is shorter than the dispatch topics' retention (%d s): a "
+                "canceled occurrence left unconsumed longer than that could run after the purge; "
+                "raise finished_retention_s (KSCHED_FINISHED_RETENTION_S) for production",
+                self.settings.finished_retention_s, keep_ms // 1000,
+            )
 
     def _subscribe(self) -> None:
         assert self.consumer is not None
@@ -418,7 +435,10 @@ class Processor:
         if pending.out.dispatch:
             self.failpoint.hit("after_commit")
         self.metrics.transaction_seconds.observe(time.monotonic() - pending.started)
+        self._count_events(pending.owned)
         self.metrics.observe_tick(pending.owned.shard, pending.out, pending.clock)
+        if pending.owned.rebuild:
+            self._rebuild(pending.owned)
 
     def _tick_failed(self, owned: OwnedShard, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
@@ -441,13 +461,26 @@ class Processor:
             self._drop(p)
             self._rejoin = True
             return
-        # The in-memory shard ran ahead of what was committed: rebuild it from Kafka, with the same
-        # producer (a new init_transactions could fence an owner we do not know we lost it to).
+        self._rebuild(owned)
+
+    def _count_events(self, owned: OwnedShard) -> None:
+        """Count the committed transaction's occurrence events (an aborted one's are re-derived)."""
+        for (tenant, state), n in owned.events.items():
+            if state == "MISSED":
+                self.metrics.missed.labels(tenant=tenant).inc(n)
+            elif state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
+                self.metrics.lifecycle.labels(tenant=tenant, state=state).inc(n)
+        owned.events.clear()
+
+    def _rebuild(self, owned: OwnedShard) -> None:
+        """Restore shard p from Kafka and re-read its commands from the committed offset: the
+        in-memory shard ran ahead of (or apart from) what was committed. Uses the same producer
+        (a new init_transactions could fence an owner we do not know we lost the shard to)."""
+        p = owned.partition.partition
         self.owned.pop(p, None)
         owned.shard.close()
         assert self.consumer is not None
         self._restore({p: owned.producer}, time.monotonic())
-        # Re-read the commands of the aborted tick from the committed offset.
         committed = self.consumer.committed([owned.partition], 30)[0]
         self.consumer.seek(TopicPartition(self.t_commands, p, max(committed.offset, 0)))
 
@@ -473,17 +506,15 @@ class Processor:
             return
         if isinstance(decoded, codec.AttemptReport):
             self.metrics.reports.labels(kind=decoded.kind).inc()
-            home = partition_for(decoded.schedule_id.encode(), self.settings.partitions)
-            if home != p:
-                self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
-                log.warning("report %s %s came on partition %d, not its schedule's %d: ignored",
-                            decoded.kind, decoded.occurrence_id, p, home)
-                return
+            # A report is applied only to a schedule this shard holds (lifecycle.invalid_report), so
+            # one produced to another partition than its schedule id's is ignored there.
             try:
                 res = codec.apply_report(shard, decoded, now)
             except Exception:  # a bug must not turn one report into a crash loop of the shard
-                log.exception("report %s %s not applied: ignored", decoded.kind, decoded.occurrence_id)
+                log.exception("report %s %s not applied: ignored; the shard is rebuilt from Kafka",
+                              decoded.kind, decoded.occurrence_id[:100])
                 self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
+                owned.rebuild = True
                 return
             if res.ignored is not None:
                 self.metrics.reports_ignored.labels(kind=decoded.kind).inc()
@@ -493,7 +524,8 @@ class Processor:
         try:
             outcome = codec.apply_command(shard, decoded, now)
         except Exception as exc:  # a bug must not turn one command into a crash loop of the shard
-            log.exception("command %s could not be applied", decoded.request_id[:100])
+            log.exception("command %s not applied; the shard is rebuilt from Kafka", decoded.request_id[:100])
+            owned.rebuild = True  # memory may be half-changed: after this commit, restore it
             outcome = CommandOutcome(
                 decoded.request_id[: codec.MAX_ID_CHARS], decoded.tenant[: codec.MAX_ID_CHARS],
                 decoded.schedule_id or "", False, code="INTERNAL", kind=decoded.kind,
@@ -530,10 +562,8 @@ class Processor:
         producer, p, shard = owned.producer, owned.partition.partition, owned.shard
         for ev in events:
             _produce(producer, self.t_events, codec.encode_event(ev, now), ev.schedule_id.encode(), p)
-            if ev.state == "MISSED":
-                self.metrics.missed.labels(tenant=ev.tenant).inc()
-            elif ev.state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
-                self.metrics.lifecycle.labels(tenant=ev.tenant, state=ev.state).inc()
+            k = (ev.tenant, ev.state)
+            owned.events[k] = owned.events.get(k, 0) + 1
         for a in dead:
             _produce(
                 producer,

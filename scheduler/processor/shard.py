@@ -19,7 +19,7 @@ from scheduler.domain.ids import jitter_within_s, new_schedule_id
 from scheduler.kafka.partitioner import partition_for
 from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
-from scheduler.processor.lifecycle import admit, attempt_event, emit_retries
+from scheduler.processor.lifecycle import PAST_ONCE_LIMIT_S, admit, attempt_event, emit_retries
 from scheduler.processor.model import (
     ACTIVE,
     CANCELED,
@@ -39,9 +39,6 @@ from scheduler.tenants import Tenant
 
 _CATCH_UP = int(Lane.CATCH_UP)
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
-# A one-time schedule created or updated with a time further back than this (plus its max_lateness_s)
-# is refused: firing it would surprise more often than it helps (docs/schedules.md).
-PAST_ONCE_LIMIT_S = 86_400
 PURGE_PER_TICK = 1_000  # finished schedules dropped per tick: keeps a mass expiry's transactions short
 
 
@@ -95,6 +92,7 @@ class ScheduleRuntimeView:
     running: list[Attempt] = field(default_factory=list)  # overlap-tracked, or retried, in flight
     retries: list[Attempt] = field(default_factory=list)  # RETRY_WAIT attempts
     queued: tuple[str, int, int] | None = None  # QUEUE_ONE waiting (oid, version, scheduled_for)
+    finished: list[tuple[str, int, int]] = field(default_factory=list)  # (oid, attempt, until): fencing
 
 
 class Shard:
@@ -123,6 +121,7 @@ class Shard:
         self.entries: dict[str, Entry] = {}
         self.queues: dict[tuple[str, Lane], LaneQueue] = {}
         self.cursors: dict[tuple[str, Lane], Cursor] = {}  # restored, before queues exist
+        self.restored_throttled: dict[tuple[str, Lane], int] = {}  # the same, for throttled_from
         self.catch_up: dict[str, deque[Occurrence]] = {}
         # Pending catch-up per schedule: [next scheduled_for to emit, last (inclusive)], persisted
         # on ksched.state (ScheduleRuntime) whenever it changes, since the lane cursor that decided
@@ -143,8 +142,14 @@ class Shard:
         q = self.queues.get((tenant, lane))
         if q is None:
             q = LaneQueue(self.cursors.get((tenant, lane), (0, "")))
+            q.throttled_from = self.restored_throttled.pop((tenant, lane), None)
             self.queues[(tenant, lane)] = q
         return q
+
+    def throttled_map(self) -> dict[tuple[str, Lane], int]:
+        """``throttled_from`` of each throttled lane (persisted with its cursor)."""
+        out = {k: q.throttled_from for k, q in self.queues.items() if q.throttled_from is not None}
+        return {**self.restored_throttled, **out}
 
     def cursor_map(self) -> dict[tuple[str, Lane], Cursor]:
         out = dict(self.cursors)
@@ -254,8 +259,10 @@ class Shard:
             running=[a for a in mine if a.retry_at is None and persisted_running(a, overlap)],
             retries=[a for a in mine if a.retry_at is not None],
             queued=self.attempts.queued.get(sid),
+            finished=self.attempts.fenced_of(sid),
         )
-        if view.catch_up is None and not view.running and not view.retries and view.queued is None:
+        if (view.catch_up is None and not view.running and not view.retries and view.queued is None
+                and not view.finished):
             return None
         return view
 
@@ -300,6 +307,7 @@ class Shard:
     def forget(self, schedule_id: str) -> Entry | None:
         """Drop a schedule from the shard (a tombstone read in restore, or a purge)."""
         e = self.entries.pop(schedule_id, None)
+        self.attempts.fenced.pop(schedule_id, None)
         if e is not None:
             self._disarm(e)
             if e.state in (ACTIVE, PAUSED):
@@ -370,6 +378,8 @@ class Shard:
                 self.attempts.track(a)
                 if owner.policy.overlap != "ALLOW":  # a retrying occurrence still occupies it
                     self.attempts.occupying.setdefault(sid, a.occurrence_id)
+            if view.finished:
+                self.attempts.restore_fenced(sid, view.finished)
             if view.queued is not None:
                 self.attempts.queued[sid] = view.queued
                 if sid not in self.attempts.occupying:  # released before the crash, not yet emitted
@@ -502,7 +512,7 @@ class Shard:
             # A one-time job's time is its own: a client clock running ahead must not skip it.
             effective = min(effective, now)
             too_old = self._too_old_once(parts, now)
-            if too_old is not None:
+            if too_old is not None and not (kind == "CREATE" and e is not None):  # (a replay is answered)
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", too_old)
         if kind == "CREATE":
             assert spec is not None and parts is not None
@@ -583,8 +593,10 @@ class Shard:
                 effective_from=effective,
                 idempotency_key=e.idempotency_key,
                 created_at_ms=e.created_at_ms,
-                paused_at_ms=e.paused_at_ms,
-                resumed_at_ms=e.resumed_at_ms,
+                # A pause belongs to the version it paused: the workers' recheck refuses that
+                # version's occurrences pending through it, never a later version's.
+                paused_at_ms=now * 1000 if e.state == PAUSED else None,
+                resumed_at_ms=None,
             )
             self.entries[schedule_id] = new
             if not was_counted:
@@ -607,8 +619,12 @@ class Shard:
                 self._disarm(e)
                 e.state = PAUSED
                 e.paused_at_ms = now * 1000
+            elif e.state == COMPLETED and schedule_id in self.catch_up_span:
+                # A one-time schedule whose late occurrence still waits on the catch-up lane:
+                # its time falls in the pause, so it does not run (as for an ACTIVE schedule).
+                events = self._drop_pending(e, "paused")
             return CommandOutcome(
-                request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e
+                request_id, tenant, schedule_id, True, version=e.version, kind=kind, entry=e, events=events
             )
         if kind == "RESUME":
             if e.state == PAUSED:
@@ -733,7 +749,9 @@ class Shard:
             oid, version, f = queued
             events.append(Event(oid, sid, e.tenant, version, f, state, reason, 1))
         self.released = [r for r in self.released if r[0] != sid]
-        events += [attempt_event(a, state, reason) for a in self.attempts.drop_schedule(sid)]
+        for a in self.attempts.drop_schedule(sid):
+            self.retry_throttled.pop(a.occurrence_id, None)
+            events.append(attempt_event(a, state, reason))
         return events
 
     def close(self) -> None:

@@ -199,6 +199,7 @@ class LaneCursor:
     lane: Lane
     at_s: int
     schedule_id: str
+    throttled_from_s: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,6 +232,17 @@ class RetryTimer:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class FinishedAttempt:
+    """Avro ``ksched.v1.FinishedAttempt`` (inside :class:`ScheduleRuntime`)."""
+
+    AVRO_NAME: ClassVar[str] = f"{NS}.FinishedAttempt"
+
+    occurrence_id: str
+    attempt: int
+    until_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class QueuedOccurrence:
     """Avro ``ksched.v1.QueuedOccurrence`` (inside :class:`ScheduleRuntime`)."""
 
@@ -258,6 +270,7 @@ class ScheduleRuntime:
     catch_up_cursor_ms: int | None = None
     catch_up_until_ms: int | None = None
     catch_up_emitted: int = 0
+    finished: tuple[FinishedAttempt, ...] = ()
     updated_at_ms: int
 
 
@@ -361,6 +374,9 @@ TOP_LEVEL: tuple[type[Record], ...] = (
     ScheduleCommand, AttemptReport, Schedule, ScheduleHistoryEntry, ShardState, ScheduleRuntime,
     CommandResult, Occurrence, OccurrenceEvent, DlqEntry, VersionRecord,
 )
-NESTED: tuple[type[ScheduleSpecRecord | RunningAttempt | RetryTimer | QueuedOccurrence | LaneCursor], ...] = (
-    ScheduleSpecRecord, RunningAttempt, RetryTimer, QueuedOccurrence, LaneCursor,
+NESTED: tuple[
+    type[ScheduleSpecRecord | RunningAttempt | RetryTimer | QueuedOccurrence | LaneCursor | FinishedAttempt],
+    ...,
+] = (
+    ScheduleSpecRecord, RunningAttempt, RetryTimer, QueuedOccurrence, LaneCursor, FinishedAttempt,
 )
