@@ -122,6 +122,8 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
                     worker_id="w", reported_at_ms=int(time.time() * 1000),
                 )
                 send(p, settings, encode(astray), valid[1].encode(), (home + 1) % settings.partitions)
+                nameless = replace(astray, schedule_id="", kind="FAILED", retryable=True)  # no schedule
+                send(p, settings, encode(nameless), b"nameless-report")
         assert time.time() < due, "publishing took too long for the test's premise"
         answers: dict[str, CommandResult] = {}
         undecodable: list[CommandResult] = []
@@ -170,3 +172,4 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     assert metrics.reports_ignored.labels(kind="FAILED")._value.get() >= 1
     assert metrics.reports_ignored.labels(kind="STARTED")._value.get() >= 1
     assert metrics.reports_ignored.labels(kind="SUCCEEDED")._value.get() >= 1  # the wrong partition
+    assert metrics.reports_ignored.labels(kind="FAILED")._value.get() >= 2  # with the nameless one
