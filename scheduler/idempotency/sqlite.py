@@ -24,6 +24,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,18 +141,27 @@ class SQLiteStore(IdempotencyStore[sqlite3.Connection]):
                 f"{self!r}: cannot open the database file ({exc}): check that the path is a writable "
                 "file on a local filesystem"
             ) from exc
-        try:
-            mode = str(self._run(conn, "PRAGMA journal_mode=WAL").fetchone()[0])
-            if mode.lower() != "wal":
-                raise StoreUnavailableError(
-                    f"{self!r}: SQLite refused WAL journal mode (got {mode!r}), which concurrent "
-                    "processes need: put the file on a local filesystem"
-                )
-            self._ensure_schema(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                mode = str(self._run(conn, "PRAGMA journal_mode=WAL").fetchone()[0])
+                if mode.lower() != "wal":
+                    raise StoreUnavailableError(
+                        f"{self!r}: SQLite refused WAL journal mode (got {mode!r}), which concurrent "
+                        "processes need: put the file on a local filesystem"
+                    )
+                self._ensure_schema(conn)
+                return conn
+            except StoreBusyError:
+                # Switching a new file to WAL takes an exclusive lock without SQLite's busy handler:
+                # processes opening the same new database at once get SQLITE_BUSY at once. Retry.
+                if time.monotonic() >= deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.01)
+            except BaseException:
+                conn.close()
+                raise
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         with self._schema_lock:
