@@ -31,13 +31,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from scheduler.domain import ScheduleSpec, compile_spec, schedule_id_for
 from scheduler.domain.bounds import check_key, check_schedule_id, check_tenant
 from scheduler.kafka.clients import consumer, producer
 from scheduler.kafka.partitioner import partition_for
-from scheduler.kafka.reader import all_partitions, read_to_end
+from scheduler.kafka.reader import all_partitions, read_to_end, watermarks
 from scheduler.records import (
     CommandResult,
     Schedule,
@@ -125,9 +125,13 @@ class SchedulerClient:
         self._t_results = topic_name(self.settings, "results")
         self._t_schedules = topic_name(self.settings, "schedules")
         meta = self._results.list_topics(self._t_results, timeout=10).topics[self._t_results]
-        self._results.assign(
-            [TopicPartition(self._t_results, p, OFFSET_END) for p in sorted(meta.partitions)]
-        )
+        # Start at each partition's end as it is now, looked up here: with OFFSET_END the position
+        # is resolved only when the client first fetches (later still while a new topic's leader
+        # settles), and an answer written before that would be skipped: a false timeout.
+        ends = [TopicPartition(self._t_results, p) for p in sorted(meta.partitions)]
+        for tp in ends:
+            tp.offset = watermarks(self._results, tp)[1]
+        self._results.assign(ends)
         self._pending: dict[str, CommandResult] = {}
 
     def close(self) -> None:

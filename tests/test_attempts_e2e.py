@@ -43,12 +43,21 @@ class Running:
 
     def __init__(self, target: Processor | Worker) -> None:
         self.target = target
-        self.thread = threading.Thread(target=target.run, daemon=True)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.target.run()
+        except BaseException as exc:  # shown by stop(): a dead processor is not a mere timeout
+            self.error = exc
+            raise
 
     def stop(self) -> None:
         self.target.stop()
         self.thread.join(60)
+        assert self.error is None, f"{type(self.target).__name__} died: {self.error!r}"
 
 
 class Events:

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 log = logging.getLogger("ksched.kafka.reader")
 
@@ -17,6 +17,32 @@ def all_partitions(consumer: Consumer, topic: str, timeout_s: float = 10) -> lis
     if meta is None or meta.error is not None or not meta.partitions:
         raise LookupError(f"topic {topic} does not exist: run `ksched topics apply`")
     return [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+
+
+# Errors of a partition whose leader is not settled yet (a topic created a moment ago, a leader
+# election): asking again shortly succeeds.
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+})
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30) -> tuple[int, int]:
+    """``(low, high)`` offsets of ``tp``, asking again while its leader is not settled (a topic
+    created a moment ago answers NOT_LEADER_FOR_PARTITION at first)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(1.0, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() not in _TRANSIENT or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def read_to_end(
@@ -37,7 +63,7 @@ def read_to_end(
     pending: set[tuple[str, int]] = set()
     start: list[TopicPartition] = []
     for tp in tps:
-        low, high = consumer.get_watermark_offsets(tp, timeout=30)
+        low, high = watermarks(consumer, tp)
         if high > low:
             pending.add((tp.topic, tp.partition))
             start.append(TopicPartition(tp.topic, tp.partition, low))
