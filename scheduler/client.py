@@ -123,7 +123,6 @@ class SchedulerClient:
         self._results = consumer(bs)
         self._t_commands = topic_name(self.settings, "commands")
         self._t_results = topic_name(self.settings, "results")
-        self._t_schedules = topic_name(self.settings, "schedules")
         meta = self._results.list_topics(self._t_results, timeout=10).topics[self._t_results]
         # Start at each partition's end as it is now, looked up here: with OFFSET_END the position
         # is resolved only when the client first fetches (later still while a new topic's leader

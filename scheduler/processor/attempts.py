@@ -32,8 +32,9 @@ duplicates.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from dataclasses import dataclass
+
+from scheduler.processor.recent import LastN
 
 CANCELED_ERROR = "ksched.Canceled"  # a worker's report that it did not run a stale occurrence
 LEASE_EXPIRED = "ksched.LeaseExpired"
@@ -92,7 +93,7 @@ class Attempts:
         self.queued: dict[str, tuple[str, int, int]] = {}  # schedule_id -> (oid, version, sf) waiting
         self._retries: list[tuple[int, str, int]] = []  # heap of (retry_at, oid, attempt)
         self._leases: list[tuple[int, str, int]] = []  # heap of (lease_until, oid, attempt)
-        self._finished: OrderedDict[str, int] = OrderedDict()  # oid -> last attempt seen finished
+        self._finished: LastN[int] = LastN(FINISHED_MEMORY)  # oid -> last attempt seen finished
         # Persisted part of it: schedule_id -> {oid: (final attempt, keep until epoch s)} for
         # occurrences that had more than one attempt (ScheduleRuntime.finished).
         self.fenced: dict[str, dict[str, tuple[int, int]]] = {}
@@ -210,10 +211,7 @@ class Attempts:
         return released
 
     def remember_finished(self, oid: str, attempt: int) -> None:
-        self._finished[oid] = attempt
-        self._finished.move_to_end(oid)
-        if len(self._finished) > FINISHED_MEMORY:
-            self._finished.popitem(last=False)
+        self._finished.remember(oid, attempt)
 
     def track(self, a: Attempt) -> None:
         """Adopt an attempt known only from a report or from restore."""

@@ -326,7 +326,9 @@ def encode_undecodable_result(
             schedule_id=sent,
             status="REJECTED",
             version=None,
-            reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[:2000],
+            reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[
+                :MAX_REASON_CHARS
+            ],
             code="UNDECODABLE",
             processed_at_ms=now * 1000,
         )

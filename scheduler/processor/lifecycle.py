@@ -24,16 +24,13 @@ from scheduler.processor.attempts import (
     Attempt,
     persisted_running,
 )
-from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Event, Lane, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event, Lane, Occurrence
 
 if TYPE_CHECKING:
     from scheduler.processor.shard import Shard, TickOutput
 
 _RETRY = int(Lane.RETRY)
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
-# A one-time schedule created this long (plus its max_lateness_s) after its time is refused; within
-# it, its occurrence fires late (shard.Shard._arm_new). Here, to bound the occurrences of a version.
-PAST_ONCE_LIMIT_S = 86_400
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
 
 log = logging.getLogger("ksched.processor.reports")

@@ -29,6 +29,10 @@ class Lane(IntEnum):
 
 ACTIVE, PAUSED, CANCELED, COMPLETED = "ACTIVE", "PAUSED", "CANCELED", "COMPLETED"
 TERMINAL = frozenset({CANCELED, COMPLETED})
+# A one-time schedule created or updated this long (plus its max_lateness_s) after its time is
+# refused (firing it would surprise more often than help); within it, its occurrence fires late
+# (docs/schedules.md). Also the bound of the occurrences a version can have (lifecycle).
+PAST_ONCE_LIMIT_S = 86_400
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,20 +1,24 @@
-"""The request ids a shard applied recently, so that a replayed command changes nothing.
+"""Bounded memories of what a shard did recently: :class:`LastN`.
 
-A client that did not see its answer (a timeout, a lost connection) sends the
-same command again with the same ``request_id``; the processor answers it as
-it answered the first time instead of applying it twice (a second version, a
-second pause). Kept in memory for the last ``limit`` accepted requests of the
-shard; the last request that changed each schedule also travels on its
-``ksched.schedules`` record (``last_request_id``), so a replay across a
-failover is recognised too.
+Two uses. The request ids a shard applied, so that a replayed command changes
+nothing: a client that did not see its answer (a timeout, a lost connection)
+sends the same command again with the same ``request_id``, and the processor
+answers it as it answered the first time instead of applying it twice (a second
+version, a second pause). The last request that changed each schedule also
+travels on its ``ksched.schedules`` record (``last_request_id``), so a replay
+across a failover is recognised too. And the occurrences whose attempts
+finished, so that a duplicate report of one is dropped
+(:class:`scheduler.processor.attempts.Attempts`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 RECENT_REQUESTS = 100_000
+
+V = TypeVar("V")
 
 
 class Applied(NamedTuple):
@@ -26,21 +30,26 @@ class Applied(NamedTuple):
     version: int | None
 
 
-class RecentRequests:
-    """A bounded, insertion-ordered map ``request_id -> Applied``."""
+class LastN(Generic[V]):
+    """A map of the ``limit`` most recently remembered keys; the oldest is forgotten first."""
 
-    def __init__(self, limit: int = RECENT_REQUESTS) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._done: OrderedDict[str, Applied] = OrderedDict()
+        self._done: OrderedDict[str, V] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._done)
 
-    def get(self, request_id: str) -> Applied | None:
-        return self._done.get(request_id)
+    def get(self, key: str) -> V | None:
+        return self._done.get(key)
 
-    def remember(self, request_id: str, applied: Applied) -> None:
-        self._done[request_id] = applied
-        self._done.move_to_end(request_id)
+    def remember(self, key: str, value: V) -> None:
+        self._done[key] = value
+        self._done.move_to_end(key)
         if len(self._done) > self.limit:
             self._done.popitem(last=False)
+
+
+def recent_requests(limit: int = RECENT_REQUESTS) -> LastN[Applied]:
+    """The request ids a shard applied, with what each did."""
+    return LastN(limit)

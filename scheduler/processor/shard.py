@@ -14,16 +14,17 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from scheduler.domain import ScheduleSpec, SpecError, occurrence_id, schedule_id_for
+from scheduler.domain import ScheduleSpec, occurrence_id, schedule_id_for
 from scheduler.domain.ids import jitter_within_s, new_schedule_id
 from scheduler.kafka.partitioner import partition_for
 from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
-from scheduler.processor.lifecycle import PAST_ONCE_LIMIT_S, admit, attempt_event, emit_retries
+from scheduler.processor.lifecycle import admit, attempt_event, emit_retries
 from scheduler.processor.model import (
     ACTIVE,
     CANCELED,
     COMPLETED,
+    PAST_ONCE_LIMIT_S,
     PAUSED,
     TERMINAL,
     Entry,
@@ -34,7 +35,7 @@ from scheduler.processor.model import (
     spec_parts,
 )
 from scheduler.processor.quotas import TokenBucket
-from scheduler.processor.recent import Applied, RecentRequests
+from scheduler.processor.recent import Applied, recent_requests
 from scheduler.tenants import Tenant
 
 _CATCH_UP = int(Lane.CATCH_UP)
@@ -78,7 +79,6 @@ class TickOutput:
     completed: list[Entry] = field(default_factory=list)  # schedules that reached COMPLETED
     throttled: dict[str, int] = field(default_factory=dict)  # occurrences emitted late by a quota
     throttle_delays: list[tuple[str, int]] = field(default_factory=list)  # (tenant, seconds) of each
-    missed: int = 0
     dead: list[Attempt] = field(default_factory=list)  # occurrences declared DEAD (to the DLQ)
     purged: list[Entry] = field(default_factory=list)  # finished schedules past retention: tombstones
 
@@ -132,7 +132,7 @@ class Shard:
         self._trigger: dict[str, TokenBucket] = {}
         self._catchup_rate: dict[str, TokenBucket] = {}
         self._prep: Iterator[Entry] | None = None
-        self.recent = RecentRequests()
+        self.recent = recent_requests()
         self.ticked_at = 0  # the last tick's now: the watermark of a shard with no lanes
         self._catch_up_throttled: dict[str, int] = {}  # tenant -> since when its quota holds it back
         self.retry_throttled: dict[str, int] = {}  # occurrence id -> since when the retry budget holds it
@@ -411,8 +411,8 @@ class Shard:
         fires only at times after it was issued, an update's new version only
         after the update (DESIGN.md §4). A one-time schedule whose time has
         already passed is a late occurrence: the misfire policy decides
-        (:meth:`_late_once`). A command whose ``request_id`` was already applied
-        is answered as it was, and changes nothing (:class:`RecentRequests`).
+        (:meth:`_arm_new`). A command whose ``request_id`` was already applied
+        is answered as it was, and changes nothing (``self.recent``).
         """
         rej = self._reject
         sid = schedule_id or ""
@@ -505,7 +505,7 @@ class Shard:
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", f"{kind} needs a spec")
             try:
                 parts = spec_parts(spec)
-            except (SpecError, ValueError, OverflowError) as exc:
+            except (ValueError, OverflowError) as exc:  # SpecError is a ValueError
                 return rej(kind, request_id, tenant, schedule_id, "INVALID_SPEC", str(exc))
         effective = min(max(issued_at, now - 300), now + 300)  # clamp client clock skew to ±5 min
         if parts is not None and parts.compiled.kind == "once":
@@ -932,7 +932,6 @@ class Shard:
                     f"later than max_lateness={pol.max_lateness_s}s ({pol.misfire})",
                 )
             )
-        out.missed += cut
         if cut < len(late):
             if e.schedule_id in self.catch_up_span:
                 # One backlog per schedule, always its latest late occurrences: the older pending
