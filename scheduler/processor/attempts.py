@@ -98,6 +98,10 @@ class Attempts:
         # occurrences that had more than one attempt (ScheduleRuntime.finished).
         self.fenced: dict[str, dict[str, tuple[int, int]]] = {}
         self.dirty: set[str] = set()  # schedule ids whose persisted runtime state changed
+        # QUEUE_ONE occurrences released by the end of the running one, to emit on the RETRY lane:
+        # (schedule_id, oid, version, scheduled_for); persisted as ``queued`` until emitted.
+        self.released: list[tuple[str, str, int, int]] = []
+        self.retry_throttled: dict[str, int] = {}  # occurrence id -> since when the retry budget holds it
 
     # -- emission ---------------------------------------------------------------
     def occupied(self, schedule_id: str) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler.domain import occurrence_id
 from scheduler.domain.backoff import retry_delay_s
@@ -22,12 +23,13 @@ from scheduler.processor.attempts import (
     LEASE_EXPIRED,
     START_LEASE_EXPIRED,
     Attempt,
+    Attempts,
     persisted_running,
 )
 from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event, Lane, Occurrence
-
-if TYPE_CHECKING:
-    from scheduler.processor.shard import Shard, TickOutput
+from scheduler.processor.outputs import TickOutput
+from scheduler.processor.quotas import TokenBucket
+from scheduler.tenants import Tenant
 
 _RETRY = int(Lane.RETRY)
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
@@ -35,6 +37,27 @@ INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for rep
 
 log = logging.getLogger("ksched.processor.reports")
 _invalid_logged: dict[int, tuple[float, int]] = {}  # shard id -> (last warning, reports since)
+
+
+class LifecycleContext(Protocol):
+    """What the attempt lifecycle may see of its shard: the attempts it decides, the schedules
+    and tenants it reads, and the retry budget. It never arms, drops or counts schedules; the
+    shard store (:class:`scheduler.processor.store.ShardStore`) is one."""
+
+    @property
+    def shard_id(self) -> int: ...
+    @property
+    def lease_s(self) -> int: ...
+    @property
+    def attempts(self) -> Attempts: ...
+    @property
+    def entries(self) -> Mapping[str, Entry]: ...
+    @property
+    def tenants(self) -> Mapping[str, Tenant]: ...
+
+    def retry_bucket(self, tenant: str, rate: float) -> TokenBucket: ...
+
+    def available(self, e: Entry, f: int) -> int: ...
 
 
 @dataclass(slots=True)
@@ -54,7 +77,7 @@ def attempt_event(a: Attempt, state: str, reason: str | None) -> Event:
 
 
 def apply_report(
-    shard: Shard,
+    ctx: LifecycleContext,
     *,
     kind: str,
     oid: str,
@@ -79,12 +102,12 @@ def apply_report(
     (fencing). A FAILED report with error class ``ksched.Canceled`` means the worker did
     not run a stale occurrence.
     """
-    at = shard.attempts
-    e = shard.entries.get(schedule_id)
-    invalid = invalid_report(shard, e, oid=oid, schedule_id=schedule_id, tenant=tenant, version=version,
+    at = ctx.attempts
+    e = ctx.entries.get(schedule_id)
+    invalid = invalid_report(ctx, e, oid=oid, schedule_id=schedule_id, tenant=tenant, version=version,
                              scheduled_for=scheduled_for)
     if invalid is not None:
-        _warn_invalid(shard.shard_id, kind, oid, invalid)
+        _warn_invalid(ctx.shard_id, kind, oid, invalid)
         return ReportResult(ignored=invalid)
     assert e is not None  # invalid_report checked it
     a, stale = at.current(oid, attempt, token)
@@ -93,13 +116,13 @@ def apply_report(
     if a is None:
         unknown = unknown_occurrence(e, version, scheduled_for, now)
         if unknown is not None:
-            _warn_invalid(shard.shard_id, kind, oid, unknown)
+            _warn_invalid(ctx.shard_id, kind, oid, unknown)
             return ReportResult(ignored=unknown)
         a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
         at.track(a)
     persist = persisted_running(a, e.policy.overlap)
     res = ReportResult()
-    lease_until = now + shard.lease_s
+    lease_until = now + ctx.lease_s
     if kind == "STARTED":
         at.started(a, token, lease_until, persist)
     elif kind == "HEARTBEAT":
@@ -107,18 +130,18 @@ def apply_report(
             a.token = token
         at.lease(a, lease_until)
     elif kind == "SUCCEEDED":
-        _finish(shard, a, "SUCCEEDED", None, res, now)
+        _finish(ctx, a, "SUCCEEDED", None, res, now)
     elif kind == "FAILED" and error_class == CANCELED_ERROR:
-        _finish(shard, a, "CANCELED", error_message or "not run: stale", res, now)
+        _finish(ctx, a, "CANCELED", error_message or "not run: stale", res, now)
     elif kind == "FAILED":
-        fail(shard, a, bool(retryable), error_class, error_message, now, res)
+        fail(ctx, a, bool(retryable), error_class, error_message, now, res)
     else:
         return ReportResult(ignored=f"unknown report kind {kind!r}")
     return res
 
 
 def invalid_report(
-    shard: Shard,
+    ctx: LifecycleContext,
     e: Entry | None,
     *,
     oid: str,
@@ -134,10 +157,10 @@ def invalid_report(
     scheduled_for)``: that binds the id to the schedule, so a report cannot reach
     another schedule's attempt through its id.
     """
-    if tenant not in shard.tenants:
+    if tenant not in ctx.tenants:
         return f"tenant {tenant!r} is not registered (report of schedule {schedule_id})"
     if e is None:
-        return f"schedule {schedule_id} does not exist on shard {shard.shard_id}"
+        return f"schedule {schedule_id} does not exist on shard {ctx.shard_id}"
     if e.tenant != tenant:
         return f"schedule {schedule_id} belongs to another tenant than {tenant!r}"
     if not 1 <= version <= e.version:
@@ -199,15 +222,17 @@ def _warn_invalid(shard_id: int, kind: str, oid: str, why: str) -> None:
     log.warning("shard %d: %s report of %s ignored: %s%s", shard_id, kind, oid, why, more)
 
 
-def _finish(shard: Shard, a: Attempt, state: str, reason: str | None, res: ReportResult, now: int) -> None:
+def _finish(
+    ctx: LifecycleContext, a: Attempt, state: str, reason: str | None, res: ReportResult, now: int
+) -> None:
     res.events.append(attempt_event(a, state, reason))
-    released = shard.attempts.finish(a, now)
+    released = ctx.attempts.finish(a, now)
     if released is not None:
-        shard.released.append((a.schedule_id, *released))
+        ctx.attempts.released.append((a.schedule_id, *released))
 
 
 def fail(
-    shard: Shard,
+    ctx: LifecycleContext,
     a: Attempt,
     retryable: bool,
     error_class: str | None,
@@ -218,7 +243,7 @@ def fail(
     """Attempt ``a`` failed: schedule its retry (RETRY_WAIT), or declare it DEAD; a retryable
     failure of an occurrence its schedule no longer wants (updated, paused, canceled) is
     recorded CANCELED: the job did not fail for good, it was superseded."""
-    e = shard.entries.get(a.schedule_id)
+    e = ctx.entries.get(a.schedule_id)
     a.last_error_class, a.last_error_message = error_class, message
     why: str | None = None
     if not retryable:
@@ -231,7 +256,7 @@ def fail(
         else:
             superseded = f"schedule {e.state.lower()}"
         why = f"{superseded}: not retried after {error_class}: {message}"[:1000]
-        _finish(shard, a, "CANCELED", why, res, now)
+        _finish(ctx, a, "CANCELED", why, res, now)
         return
     elif a.attempt >= e.policy.retry_max_attempts:
         why = f"{a.attempt} attempts made (retry_max_attempts={e.policy.retry_max_attempts})"
@@ -242,14 +267,14 @@ def fail(
         if pol.retry_deadline_s is not None and at > a.scheduled_for + pol.retry_deadline_s:
             why = f"retry at {at} would pass the deadline (retry_deadline_s={pol.retry_deadline_s})"
         else:
-            shard.attempts.retry(a, at, error_class, message)
+            ctx.attempts.retry(a, at, error_class, message)
             res.events.append(attempt_event(a, "RETRY_WAIT", f"{error_class}: {message}"[:500]))
             return
     res.dead.append(a)
-    _finish(shard, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res, now)
+    _finish(ctx, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res, now)
 
 
-def admit(shard: Shard, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
+def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
     """The overlap gate of an on-time occurrence of ``e`` at ``f``: True to emit it.
 
     ``ALLOW``: always. ``SKIP_IF_RUNNING``: not while an earlier occurrence is
@@ -259,7 +284,7 @@ def admit(shard: Shard, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
     overlap = e.policy.overlap
     if overlap == "ALLOW":
         return True
-    at = shard.attempts
+    at = ctx.attempts
     oid = occurrence_id(e.schedule_id, e.version, f)
     if not at.occupied(e.schedule_id) and e.schedule_id not in at.queued:  # (a released one is on its way)
         at.occupy(Attempt(oid, e.schedule_id, e.tenant, e.version, f, 1))
@@ -281,22 +306,22 @@ def admit(shard: Shard, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
     return False
 
 
-def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOutput) -> int:
+def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out: TickOutput) -> int:
     """The RETRY lane: released QUEUE_ONE occurrences, expired leases, due retries (within the
     tenant's retry budget; a throttled retry waits a second, it is never dropped). Returns the
     budget left."""
-    at = shard.attempts
-    while shard.released and budget > 0:
-        sid, oid, version, f = shard.released.pop(0)
+    at = ctx.attempts
+    while ctx.attempts.released and budget > 0:
+        sid, oid, version, f = ctx.attempts.released.pop(0)
         at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
         at.dirty.add(sid)
-        e = shard.entries.get(sid)
+        e = ctx.entries.get(sid)
         if e is None or e.version != version or e.state not in (ACTIVE, COMPLETED):
             continue
         at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
         out.dispatch.append(
             Occurrence(
-                sid, e.tenant, version, f, shard.available(e, f), int(e.lane), e.base.handler, e.payload
+                sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload
             )
         )
         budget -= 1
@@ -304,29 +329,29 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
     for a in at.expired_leases(now):
         res = ReportResult()
         if a.token is None:
-            fail(shard, a, True, START_LEASE_EXPIRED,
+            fail(ctx, a, True, START_LEASE_EXPIRED,
                  f"attempt {a.attempt} was not STARTED within start_lease_s={at.start_lease_s}s of its "
                  "dispatch (no worker took it)", now, res)
         else:
-            fail(shard, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)",
+            fail(ctx, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)",
                  now, res)
         out.events.extend(res.events)
         out.dead.extend(res.dead)
     for a in at.due_retries(now):
-        e = shard.entries.get(a.schedule_id)
+        e = ctx.entries.get(a.schedule_id)
         if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
             res = ReportResult()
-            _finish(shard, a, "CANCELED", "schedule changed or canceled before the retry", res, now)
-            shard.retry_throttled.pop(a.occurrence_id, None)
+            _finish(ctx, a, "CANCELED", "schedule changed or canceled before the retry", res, now)
+            ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
             out.events.extend(res.events)
             continue
-        quota = shard.tenants.get(a.tenant)
+        quota = ctx.tenants.get(a.tenant)
         rate = quota.retry_budget_per_min / 60 if quota else 0
-        bucket = shard.retry_bucket(a.tenant, rate)
+        bucket = ctx.retry_bucket(a.tenant, rate)
         if budget <= 0 or bucket.available(clock) < 1:
             at.retry(a, now + 1, a.last_error_class, a.last_error_message)
             if budget > 0:  # held back by the retry budget (not by the tick's): counted once, at emission
-                shard.retry_throttled.setdefault(a.occurrence_id, now)
+                ctx.attempts.retry_throttled.setdefault(a.occurrence_id, now)
             continue
         bucket.spend(1, clock)
         a.attempt += 1
@@ -336,15 +361,15 @@ def emit_retries(shard: Shard, now: int, budget: int, clock: float, out: TickOut
             a.tenant,
             a.version,
             a.scheduled_for,
-            shard.available(e, a.scheduled_for),
+            ctx.available(e, a.scheduled_for),
             _RETRY,
             e.base.handler,
             e.payload,
             a.attempt,
         )
         out.dispatch.append(occ)
-        since = shard.retry_throttled.pop(a.occurrence_id, None)
+        since = ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
         if since is not None and now > since:
-            shard.record_throttled(out, occ, now - since, "retry_budget_per_min")
+            out.throttled_by(occ, now - since, "retry_budget_per_min")
         budget -= 1
     return budget

@@ -1,0 +1,388 @@
+"""The shard store: one shard's schedules, lane queues, watermark and runtime state (no Kafka).
+
+The store is the state; the roles that change it are functions of it, each in
+its own module (Kafka Streams' store / processor / punctuator / restore):
+
+- :mod:`scheduler.processor.commands` applies schedule commands;
+- :mod:`scheduler.processor.tick` decides what is due (the punctuator);
+- :mod:`scheduler.processor.lifecycle` applies attempt reports and the RETRY
+  lane, through the narrow :class:`~scheduler.processor.lifecycle.LifecycleContext`;
+- :mod:`scheduler.processor.rearm` is restore's last step (arm what was read).
+
+What lives here is what more than one role needs: arming a schedule in its
+lane queue, the watermark, the catch-up backlog, the per-tenant quota buckets,
+the persisted runtime view of a schedule, and the retention of finished
+schedules. Everything is deterministic given (restored state, commands, now).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from scheduler.domain import occurrence_id
+from scheduler.domain.ids import jitter_within_s
+from scheduler.processor.attempts import Attempt, Attempts, persisted_running
+from scheduler.processor.lanes import Cursor, LaneQueue
+from scheduler.processor.lifecycle import attempt_event
+from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, Entry, Event, Lane, Occurrence
+from scheduler.processor.quotas import TokenBucket
+from scheduler.processor.recent import Applied, recent_requests
+from scheduler.tenants import Tenant
+
+_CATCH_UP = int(Lane.CATCH_UP)
+
+
+def jittered(oid: str, scheduled_for: int, window_s: int, next_for: int | None) -> int:
+    """``available_at`` of an occurrence (DESIGN.md §1, refined).
+
+    ``scheduled_for + H(oid) mod w`` with ``w = min(window, next_for - scheduled_for)``:
+    capping the window at the gap to the next fire keeps one schedule's
+    occurrences in order, so a cursor over ``available_at`` never skips one.
+    Uncapped it equals :func:`scheduler.domain.available_at`. Never earlier than
+    nominal; a 0 window is strict.
+    """
+    w = window_s if next_for is None else min(window_s, next_for - scheduled_for)
+    return scheduled_for + jitter_within_s(oid, w)
+
+
+@dataclass(slots=True)
+class ScheduleRuntimeView:
+    """A schedule's persisted runtime state (``ScheduleRuntime`` on ``ksched.state``)."""
+
+    version: int
+    catch_up: tuple[int, int] | None = None  # next scheduled_for to emit, last (inclusive)
+    running: list[Attempt] = field(default_factory=list)  # overlap-tracked, or retried, in flight
+    retries: list[Attempt] = field(default_factory=list)  # RETRY_WAIT attempts
+    queued: tuple[str, int, int] | None = None  # QUEUE_ONE waiting (oid, version, scheduled_for)
+    finished: list[tuple[str, int, int]] = field(default_factory=list)  # (oid, attempt, until): fencing
+
+
+class ShardStore:
+    """The state of shard ``shard_id``, owned by exactly one processor at a time."""
+
+    def __init__(
+        self,
+        shard_id: int,
+        tenants: dict[str, Tenant],
+        *,
+        partitions: int,
+        lease_s: int = 30,
+        start_lease_s: int = 300,
+        finished_retention_s: int = 7 * 86_400,
+    ) -> None:
+        self.shard_id = shard_id
+        self.tenants = tenants
+        self.partitions = partitions
+        self.lease_s = lease_s
+        self.finished_retention_s = finished_retention_s
+        self.entries: dict[str, Entry] = {}
+        self.active_count: dict[str, int] = {}  # ACTIVE or PAUSED schedules per tenant (max_schedules)
+        self.queues: dict[tuple[str, Lane], LaneQueue] = {}
+        self.cursors: dict[tuple[str, Lane], Cursor] = {}  # restored, before queues exist
+        self.restored_throttled: dict[tuple[str, Lane], int] = {}  # the same, for throttled_from
+        self.restored_runtime: dict[str, ScheduleRuntimeView] = {}
+        self.attempts = Attempts(start_lease_s)
+        # Late occurrences waiting on the catch-up lane, per tenant; and per schedule the span
+        # [next scheduled_for to emit, last (inclusive)], persisted on ksched.state (ScheduleRuntime)
+        # whenever it changes, since the lane cursor that decided them has moved past them.
+        self.catch_up: dict[str, deque[Occurrence]] = {}
+        self.catch_up_span: dict[str, tuple[int, int]] = {}
+        self.catch_up_throttled: dict[str, int] = {}  # tenant -> since when its quota holds it back
+        self.runtime_dirty: set[str] = set()  # schedules whose runtime state to rewrite this tick
+        self.recent = recent_requests()
+        self.ticked_at = 0  # the last tick's now: the watermark of a shard with no lanes
+        self.trigger_buckets: dict[str, TokenBucket] = {}
+        self.catch_up_buckets: dict[str, TokenBucket] = {}
+        self.retry_buckets: dict[str, TokenBucket] = {}
+        self._finished: list[tuple[int, str]] = []  # heap of (finished_at, schedule_id): purge order
+        self._prep: Iterator[Entry] | None = None
+
+    # -- lane queues and the watermark ----------------------------------------------
+    def queue(self, tenant: str, lane: Lane) -> LaneQueue:
+        q = self.queues.get((tenant, lane))
+        if q is None:
+            q = LaneQueue(self.cursors.get((tenant, lane), (0, "")))
+            q.throttled_from = self.restored_throttled.pop((tenant, lane), None)
+            self.queues[(tenant, lane)] = q
+        return q
+
+    def throttled_map(self) -> dict[tuple[str, Lane], int]:
+        """``throttled_from`` of each throttled lane (persisted with its cursor)."""
+        out = {k: q.throttled_from for k, q in self.queues.items() if q.throttled_from is not None}
+        return {**self.restored_throttled, **out}
+
+    def cursor_map(self) -> dict[tuple[str, Lane], Cursor]:
+        out = dict(self.cursors)
+        out.update({k: q.cursor for k, q in self.queues.items()})
+        return out
+
+    def watermark(self) -> int:
+        """The shard watermark: the least cursor time over its tenants' lanes."""
+        cm = self.cursor_map()
+        return min((c[0] for c in cm.values()), default=self.ticked_at)
+
+    # -- arming -----------------------------------------------------------------
+    def occurrence_at(self, e: Entry, f: int) -> tuple[str, int, int | None]:
+        """``(occurrence_id, available_at, next fire or None)`` of ``e``'s occurrence at ``f``."""
+        oid = occurrence_id(e.schedule_id, e.version, f)
+        nxt = e.compiled.next_after_epoch(f) if e.policy.window_s else None
+        return oid, jittered(oid, f, e.policy.window_s, nxt), nxt
+
+    def available(self, e: Entry, f: int) -> int:
+        """``available_at`` of ``e``'s occurrence at ``f``; a strict one needs no occurrence id."""
+        if not e.policy.window_s:
+            return f
+        return self.occurrence_at(e, f)[1]
+
+    def arm_from(self, e: Entry, after: int) -> bool:
+        """Arm ``e`` at its first occurrence with ``scheduled_for > after`` that is past its lane cursor.
+
+        Returns False (and leaves it disarmed) when the schedule has no further fire time.
+        """
+        q = self.queue(e.tenant, e.lane)
+        cur = q.cursor
+        start = max(after, e.effective_from - 1, cur[0] - e.policy.window_s - 1)
+        f = e.compiled.next_after_epoch(start)
+        while f is not None:
+            avail = self.available(e, f)
+            if (avail, e.schedule_id) > cur:
+                e.next_for = f
+                e.prepared = None
+                q.arm(e, avail)
+                return True
+            f = e.compiled.next_after_epoch(f)
+        e.next_for = None
+        q.disarm(e)
+        return False
+
+    def disarm(self, e: Entry) -> None:
+        LaneQueue.disarm(e)
+        e.next_for = None
+        e.prepared = None
+
+    # -- a schedule's place in the counts ----------------------------------------------
+    def add(self, e: Entry) -> None:
+        """Hold ``e``: a new schedule, a new version replacing the one held, or a record read
+        by restore (which replaces any earlier record of the schedule)."""
+        old = self.entries.get(e.schedule_id)
+        if old is not None:
+            self.count(old, -1)
+        self.entries[e.schedule_id] = e
+        self.count(e, 1)
+
+    def count(self, e: Entry, delta: int) -> None:
+        """Count ``e`` in (1) or out of (-1) its tenant's schedules, if it is one that counts."""
+        if e.state in (ACTIVE, PAUSED):  # what max_schedules counts
+            self.active_count[e.tenant] = self.active_count.get(e.tenant, 0) + delta
+
+    def complete(self, e: Entry, now: int) -> None:
+        """``e`` has no fire time left: COMPLETED at ``now`` (purged after retention)."""
+        e.next_for = None
+        e.state = COMPLETED
+        self.active_count[e.tenant] -= 1
+        self.finished(e, now)
+
+    # -- work ahead of time -------------------------------------------------------
+    def to_prepare(self, until: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` armed entries due at or before ``until`` whose dispatch record head
+        is not yet encoded (DESIGN.md §4: payloads due soon are encoded ahead of time).
+
+        Resumes where the previous call stopped; a new pass, with the ``until`` of
+        the call that starts it, begins once the previous pass is done. Entries
+        re-armed meanwhile lose their head (``prepared = None``) and are picked up
+        by a later pass, or encoded at firing time.
+        """
+        if self._prep is None:
+            self._prep = self._unprepared(until)
+        out: list[Entry] = []
+        for e in self._prep:
+            out.append(e)
+            if len(out) >= limit:
+                return out
+        self._prep = None
+        return out
+
+    def _unprepared(self, until: int) -> Iterator[Entry]:
+        for q in list(self.queues.values()):
+            for obj in q.prepare(until):
+                e: Entry = obj  # type: ignore[assignment]
+                if e.prepared is None and e.armed_at is not None and e.armed_at <= until:
+                    yield e
+
+    def close(self) -> None:
+        """Drop references the shard holds to itself (the preparation pass), so that a dropped
+        shard is freed even though its entries were frozen out of the cyclic GC."""
+        self._prep = None
+
+    # -- the catch-up backlog ---------------------------------------------------------
+    def queue_catch_up(self, e: Entry, late: list[tuple[int, int]]) -> None:
+        """Queue ``e``'s late occurrences ``(scheduled_for, available_at)`` on the catch-up lane;
+        the span is persisted on ``ksched.state`` until they are emitted."""
+        self.catch_up_span[e.schedule_id] = (late[0][0], late[-1][0])
+        self.runtime_dirty.add(e.schedule_id)
+        cq = self.catch_up.setdefault(e.tenant, deque())
+        for sf, avail in late:
+            cq.append(
+                Occurrence(
+                    e.schedule_id, e.tenant, e.version, sf, avail, _CATCH_UP, e.base.handler, e.payload
+                )
+            )
+
+    def caught_up(self, occ: Occurrence) -> None:
+        """Move the schedule's persisted catch-up span past an emitted catch-up occurrence."""
+        span = self.catch_up_span.get(occ.schedule_id)
+        if span is None:
+            return
+        e = self.entries.get(occ.schedule_id)
+        nxt = e.compiled.next_after_epoch(occ.scheduled_for) if e is not None else None
+        if nxt is None or nxt > span[1]:
+            del self.catch_up_span[occ.schedule_id]
+        else:
+            self.catch_up_span[occ.schedule_id] = (nxt, span[1])
+        self.runtime_dirty.add(occ.schedule_id)
+
+    def drop_pending(self, e: Entry, reason: str, state: str = "CANCELED") -> list[Event]:
+        """Drop the schedule's waiting work — catch-up occurrences, retries, the QUEUE_ONE
+        occurrence, a released one not yet emitted; each gets a ``state`` event. A ``MISSED``
+        drop (a later misfire superseding it) drops only the catch-up backlog."""
+        sid = e.schedule_id
+        events: list[Event] = []
+        q = self.catch_up.get(e.tenant)
+        if q:
+            keep: deque[Occurrence] = deque()
+            for o in q:
+                if o.schedule_id == sid:
+                    events.append(
+                        Event(o.occurrence_id, sid, o.tenant, o.version, o.scheduled_for, state, reason)
+                    )
+                else:
+                    keep.append(o)
+            self.catch_up[e.tenant] = keep
+        if self.catch_up_span.pop(sid, None) is not None:
+            self.runtime_dirty.add(sid)
+        if state != "CANCELED":
+            return events
+        at = self.attempts
+        queued = at.queued.get(sid)
+        if queued is not None:
+            oid, version, f = queued
+            events.append(Event(oid, sid, e.tenant, version, f, state, reason, 1))
+        at.released = [r for r in at.released if r[0] != sid]
+        for a in at.drop_schedule(sid):
+            at.retry_throttled.pop(a.occurrence_id, None)
+            events.append(attempt_event(a, state, reason))
+        return events
+
+    # -- quotas -------------------------------------------------------------------
+    def bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: float) -> TokenBucket:
+        """The shard's token bucket for ``tenant`` in ``buckets``, at this shard's share of the
+        tenant's cluster-wide ``rate``: ``rate / partitions`` (docs/schedules.md, quotas)."""
+        share = rate / self.partitions
+        b = buckets.get(tenant)
+        if b is None or b.rate != share:
+            b = TokenBucket(share, burst=max(int(share), 1))
+            buckets[tenant] = b
+        return b
+
+    def retry_bucket(self, tenant: str, rate: float) -> TokenBucket:
+        return self.bucket(self.retry_buckets, tenant, rate)
+
+    def catch_up_wait_s(self, clock: float) -> float | None:
+        """Seconds until pending catch-up work may be emitted (its tenant's catch-up rate);
+        None when there is none."""
+        waits = [
+            b.wait_s(clock) if (b := self.catch_up_buckets.get(t)) is not None else 0.0
+            for t, cq in self.catch_up.items()
+            if cq
+        ]
+        return min(waits) if waits else None
+
+    def due_backlog(self, now: int) -> int:
+        """Occurrences due at ``now`` but not yet emitted (throttled or beyond the tick budget)."""
+        n = sum(len(cq) for cq in self.catch_up.values()) + len(self.attempts.released)
+        return n + sum(q.due_count(now) for q in self.queues.values())
+
+    # -- the persisted runtime view -------------------------------------------------
+    def runtime_changes(self) -> list[tuple[str, ScheduleRuntimeView | None]]:
+        """The schedules whose persisted runtime state changed since the last call, with that
+        state (None: nothing left, write a tombstone)."""
+        dirty = self.runtime_dirty | self.attempts.dirty
+        self.runtime_dirty.clear()
+        self.attempts.dirty.clear()
+        return [(sid, self.runtime_view(sid)) for sid in sorted(dirty)]
+
+    def runtime_view(self, sid: str) -> ScheduleRuntimeView | None:
+        e = self.entries.get(sid)
+        if e is None:
+            return None
+        mine = self.attempts.of_schedule(sid)
+        overlap = e.policy.overlap
+        view = ScheduleRuntimeView(
+            version=e.version,
+            catch_up=self.catch_up_span.get(sid),
+            running=[a for a in mine if a.retry_at is None and persisted_running(a, overlap)],
+            retries=[a for a in mine if a.retry_at is not None],
+            queued=self.attempts.queued.get(sid),
+            finished=self.attempts.fenced_of(sid),
+        )
+        if (view.catch_up is None and not view.running and not view.retries and view.queued is None
+                and not view.finished):
+            return None
+        return view
+
+    # -- records read by restore, tombstones, retention ---------------------------------
+    def restore_entry(self, e: Entry) -> None:
+        """Add a schedule read from ``ksched.schedules`` (called before cursors are final)."""
+        old = self.entries.get(e.schedule_id)
+        if old is not None:
+            self.disarm(old)
+        self.add(e)
+        if e.last_request_id is not None:
+            self.recent.remember(e.last_request_id, Applied(e.schedule_id, e.tenant, "", e.version))
+        if e.state in TERMINAL:
+            self.finished(e, e.finished_at or e.effective_from)
+
+    def forget(self, schedule_id: str) -> Entry | None:
+        """Drop a schedule from the shard (a tombstone read in restore, or a purge)."""
+        e = self.entries.pop(schedule_id, None)
+        self.attempts.fenced.pop(schedule_id, None)
+        if e is not None:
+            self.disarm(e)
+            self.count(e, -1)
+        return e
+
+    def finished(self, e: Entry, at: int) -> None:
+        """``e`` reached COMPLETED or CANCELED at ``at``: it is purged ``finished_retention_s`` later."""
+        e.finished_at = at
+        heapq.heappush(self._finished, (at, e.schedule_id))
+
+    def purge(self, now: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` finished schedules whose retention ran out, dropped from the shard; the
+        caller tombstones their records. One still busy (an attempt in flight, late work
+        queued) is looked at again a minute later: retention counts from when nothing of it is
+        left to run."""
+        out: list[Entry] = []
+        heap, keep = self._finished, self.finished_retention_s
+        while heap and heap[0][0] + keep <= now and len(out) < limit:
+            at, sid = heapq.heappop(heap)
+            e = self.entries.get(sid)
+            if e is None or e.finished_at != at or e.state not in TERMINAL:
+                continue  # revived by an update, finished again later, or gone
+            if self._busy(sid):
+                self.finished(e, now - keep + 60)
+                continue
+            self.forget(sid)
+            out.append(e)
+        return out
+
+    def _busy(self, sid: str) -> bool:
+        at = self.attempts
+        return (
+            bool(at.of_schedule(sid))
+            or sid in at.queued
+            or sid in self.catch_up_span
+            or any(r[0] == sid for r in at.released)
+        )

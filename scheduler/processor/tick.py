@@ -1,0 +1,183 @@
+"""The tick: decide the occurrences due now (DESIGN.md §4 step 2), no Kafka.
+
+:func:`due` is the punctuator: strict lane, then flexible, then catch-up, then
+the RETRY lane (:func:`scheduler.processor.lifecycle.emit_retries`), each
+round-robin across tenants within their rate quotas and the tick's budget.
+:func:`fire` gives each taken schedule its fate (emitted, skipped by the
+overlap gate, or the misfire policy's :func:`misfire`) and re-arms it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler.processor.lanes import LaneQueue
+from scheduler.processor.lifecycle import admit, emit_retries
+from scheduler.processor.model import ACTIVE, Entry, Event, Lane, Occurrence
+from scheduler.processor.outputs import TickOutput
+from scheduler.processor.quotas import TokenBucket
+from scheduler.processor.store import ShardStore
+
+MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
+PURGE_PER_TICK = 1_000  # finished schedules dropped per tick: keeps a mass expiry's transactions short
+
+
+def due(store: ShardStore, now: int, budget: int, clock: float) -> TickOutput:
+    """Decide the occurrences to emit now: strict, then flexible, then catch-up, then retries.
+
+    Round-robin across tenants within a lane, each within its trigger-rate
+    quota (catch-up: catch-up rate). At most ``budget`` dispatches; what is
+    left stays due for the next tick. Throttled work is delayed, never
+    dropped: from the tick a tenant's quota first holds a lane back, that
+    lane's lateness is measured at that tick, not now (``LaneQueue.throttled_from``),
+    so waiting for one's own quota never turns an occurrence MISSED.
+    """
+    store.ticked_at = now
+    out = TickOutput()
+    tenants = sorted({t for t, _ in store.queues} | set(store.catch_up))
+    for lane in (Lane.STRICT, Lane.FLEXIBLE):
+        budget = _emit_lane(store, lane, tenants, now, budget, clock, out)
+    for tenant in tenants:
+        budget = _emit_catch_up(store, tenant, now, budget, clock, out)
+    emit_retries(store, now, budget, clock, out)
+    out.purged = store.purge(now, PURGE_PER_TICK)
+    # Idle lanes' cursors follow time so the watermark advances.
+    for q in store.queues.values():
+        if q.next_due() is None or (q.next_due() or 0) > now:
+            q.take(now, 0)
+    return out
+
+
+def _emit_lane(
+    store: ShardStore, lane: Lane, tenants: list[str], now: int, budget: int, clock: float, out: TickOutput
+) -> int:
+    """One on-time lane, round-robin over its tenants within their trigger rate; returns the
+    budget left."""
+    active = [t for t in tenants if (t, lane) in store.queues]
+    while budget > 0 and active:
+        share = max(1, budget // len(active))
+        still: list[str] = []
+        for tenant in active:
+            quota = store.tenants.get(tenant)
+            bucket = store.bucket(store.trigger_buckets, tenant, quota.trigger_rate_per_s if quota else 0)
+            q = store.queues[(tenant, lane)]
+            allowed = min(share, budget, bucket.available(clock))
+            taken = q.take(now, allowed) if allowed > 0 else []
+            if taken:
+                bucket.spend(fire(store, taken, now, out, q.throttled_from), clock)
+                budget -= len(taken)
+            if _still_due(q, now, bucket, clock) and taken:
+                still.append(tenant)
+        active = still
+    return budget
+
+
+def _still_due(q: LaneQueue, now: int, bucket: TokenBucket, clock: float) -> bool:
+    """Update the lane's ``throttled_from``; True when it has work due that the quota allows."""
+    nd = q.next_due()
+    if nd is None or nd > now:
+        q.throttled_from = None
+        return False
+    if bucket.available(clock) <= 0:
+        if q.throttled_from is None:
+            q.throttled_from = now
+        return False
+    return True
+
+
+def _emit_catch_up(
+    store: ShardStore, tenant: str, now: int, budget: int, clock: float, out: TickOutput
+) -> int:
+    """The tenant's catch-up backlog within its catch-up rate; returns the budget left."""
+    cq = store.catch_up.get(tenant)
+    if not cq:
+        store.catch_up_throttled.pop(tenant, None)
+        return budget
+    if budget <= 0:
+        return budget
+    quota = store.tenants.get(tenant)
+    bucket = store.bucket(store.catch_up_buckets, tenant, quota.catch_up_rate_per_s if quota else 0)
+    tokens = bucket.available(clock)
+    n = min(budget, tokens, len(cq))
+    since = store.catch_up_throttled.get(tenant)
+    for _ in range(n):
+        occ = cq.popleft()
+        out.dispatch.append(occ)
+        store.caught_up(occ)
+        if since is not None and now > since:
+            out.throttled_by(occ, now - since, "catch_up_rate_per_s")
+    bucket.spend(n, clock)
+    if cq and n == tokens and since is None:
+        store.catch_up_throttled[tenant] = now  # held back by the quota, not the tick budget
+    return budget - n
+
+
+def fire(
+    store: ShardStore, taken: Iterable[object], now: int, out: TickOutput, throttled_from: int | None
+) -> int:
+    """Give each taken entry its fate and re-arm it; returns the number emitted on time.
+
+    Lateness is measured at ``throttled_from`` when the lane has been held back by its
+    tenant's quota since then (time spent throttled is not a misfire), else at ``now``.
+    """
+    emitted = 0
+    ref = now if throttled_from is None else min(now, throttled_from)
+    for obj in taken:
+        e: Entry = obj  # type: ignore[assignment]
+        f = e.next_for
+        if f is None or e.state != ACTIVE:
+            continue
+        pol = e.policy
+        avail = store.available(e, f) if pol.window_s else f
+        if ref - avail > pol.max_lateness_s:
+            nxt = misfire(store, e, f, ref, out)
+        elif pol.overlap != "ALLOW" and not admit(store, e, f, avail, out):
+            nxt = e.compiled.next_after_epoch(f)
+        else:
+            occ = Occurrence(
+                e.schedule_id, e.tenant, e.version, f, avail, int(e.lane), e.base.handler, e.payload, 1,
+                e.prepared,
+            )
+            out.dispatch.append(occ)
+            emitted += 1
+            if throttled_from is not None and now > max(avail, throttled_from):
+                out.throttled_by(occ, now - max(avail, throttled_from), "trigger_rate_per_s")
+            nxt = e.compiled.next_after_epoch(f)
+        e.prepared = None
+        if nxt is None:
+            store.complete(e, now)
+            out.completed.append(e)
+        else:
+            e.next_for = nxt
+            store.queue(e.tenant, e.lane).arm(e, store.available(e, nxt))
+    return emitted
+
+
+def misfire(store: ShardStore, e: Entry, f: int, now: int, out: TickOutput) -> int | None:
+    """Apply the misfire policy to ``e``'s occurrences from ``f`` that are later than max_lateness.
+
+    SKIP records them MISSED; FIRE_ONCE queues the latest on the catch-up lane and
+    records the rest MISSED; CATCH_UP(K) queues the latest K. Returns the first fire
+    time still within lateness (or future), to re-arm at.
+    """
+    pol = e.policy
+    late: list[tuple[str, int, int]] = []
+    cur: int | None = f
+    while cur is not None and len(late) < MISFIRE_SCAN_LIMIT:
+        oid, avail, _ = store.occurrence_at(e, cur)
+        if now - avail <= pol.max_lateness_s:
+            break
+        late.append((oid, cur, avail))
+        cur = e.compiled.next_after_epoch(cur)
+    keep = {"FIRE_ONCE": 1, "CATCH_UP": max(0, pol.catch_up_limit)}.get(pol.misfire, 0)
+    cut = len(late) - min(keep, len(late))
+    reason = f"later than max_lateness={pol.max_lateness_s}s ({pol.misfire})"
+    for oid, sf, _ in late[:cut]:
+        out.events.append(Event(oid, e.schedule_id, e.tenant, e.version, sf, "MISSED", reason))
+    if cut < len(late):
+        if e.schedule_id in store.catch_up_span:
+            # One backlog per schedule, always its latest late occurrences: the older pending
+            # ones are recorded MISSED (the span persisted on ksched.state stays one range).
+            out.events += store.drop_pending(e, "superseded by a later misfire", "MISSED")
+        store.queue_catch_up(e, [(sf, avail) for _oid, sf, avail in late[cut:]])
+    return cur
