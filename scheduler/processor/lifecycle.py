@@ -1,10 +1,13 @@
-"""The attempt lifecycle decisions of a shard (DESIGN.md §5), no Kafka.
+"""The attempt lifecycle of a shard (DESIGN.md §5): attempt reports and their outcomes, no Kafka.
 
-Applied in the tick: reports in step 1 (:func:`apply_report`), then in step 2
-the overlap gate for every on-time emission (:func:`admit`) and the RETRY lane
-(:func:`emit_retries`: released ``QUEUE_ONE`` occurrences, due retries,
-expired leases). Every decision is recorded as an occurrence event; a dead
-occurrence also goes to the tenant's DLQ (``TickOutput.dead``).
+Applied in step 1 of the tick: :func:`apply_report` checks a report against the
+schedule it names, fences it by attempt number and token, and records what it
+decided (RUNNING, SUCCEEDED, RETRY_WAIT, DEAD, CANCELED); :func:`fail` decides a
+failed attempt's retry or death. Step 2's overlap gate and RETRY lane are in
+:mod:`scheduler.processor.retry_lane`. Every decision is recorded as an
+occurrence event; a dead occurrence also goes to the tenant's DLQ
+(``TickOutput.dead``). The lifecycle sees its shard only through
+:class:`LifecycleContext`.
 """
 
 from __future__ import annotations
@@ -20,18 +23,14 @@ from scheduler.domain import occurrence_id
 from scheduler.domain.backoff import retry_delay_s
 from scheduler.processor.attempts import (
     CANCELED_ERROR,
-    LEASE_EXPIRED,
-    START_LEASE_EXPIRED,
     Attempt,
     Attempts,
     persisted_running,
 )
-from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event, Lane, Occurrence
-from scheduler.processor.outputs import TickOutput
+from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event
 from scheduler.processor.quotas import TokenBucket
 from scheduler.tenants import Tenant
 
-_RETRY = int(Lane.RETRY)
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
 
@@ -130,9 +129,9 @@ def apply_report(
             a.token = token
         at.lease(a, lease_until)
     elif kind == "SUCCEEDED":
-        _finish(ctx, a, "SUCCEEDED", None, res, now)
+        finish(ctx, a, "SUCCEEDED", None, res, now)
     elif kind == "FAILED" and error_class == CANCELED_ERROR:
-        _finish(ctx, a, "CANCELED", error_message or "not run: stale", res, now)
+        finish(ctx, a, "CANCELED", error_message or "not run: stale", res, now)
     elif kind == "FAILED":
         fail(ctx, a, bool(retryable), error_class, error_message, now, res)
     else:
@@ -222,7 +221,7 @@ def _warn_invalid(shard_id: int, kind: str, oid: str, why: str) -> None:
     log.warning("shard %d: %s report of %s ignored: %s%s", shard_id, kind, oid, why, more)
 
 
-def _finish(
+def finish(
     ctx: LifecycleContext, a: Attempt, state: str, reason: str | None, res: ReportResult, now: int
 ) -> None:
     res.events.append(attempt_event(a, state, reason))
@@ -256,7 +255,7 @@ def fail(
         else:
             superseded = f"schedule {e.state.lower()}"
         why = f"{superseded}: not retried after {error_class}: {message}"[:1000]
-        _finish(ctx, a, "CANCELED", why, res, now)
+        finish(ctx, a, "CANCELED", why, res, now)
         return
     elif a.attempt >= e.policy.retry_max_attempts:
         why = f"{a.attempt} attempts made (retry_max_attempts={e.policy.retry_max_attempts})"
@@ -271,105 +270,4 @@ def fail(
             res.events.append(attempt_event(a, "RETRY_WAIT", f"{error_class}: {message}"[:500]))
             return
     res.dead.append(a)
-    _finish(ctx, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res, now)
-
-
-def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
-    """The overlap gate of an on-time occurrence of ``e`` at ``f``: True to emit it.
-
-    ``ALLOW``: always. ``SKIP_IF_RUNNING``: not while an earlier occurrence is
-    in flight (SKIPPED_OVERLAP). ``QUEUE_ONE``: the first such occurrence waits
-    and is released when the running one ends; further ones are skipped.
-    """
-    overlap = e.policy.overlap
-    if overlap == "ALLOW":
-        return True
-    at = ctx.attempts
-    oid = occurrence_id(e.schedule_id, e.version, f)
-    if not at.occupied(e.schedule_id) and e.schedule_id not in at.queued:  # (a released one is on its way)
-        at.occupy(Attempt(oid, e.schedule_id, e.tenant, e.version, f, 1))
-        return True
-    if overlap == "QUEUE_ONE" and at.queue_one(e.schedule_id, oid, e.version, f):
-        return False
-    running = at.occupying[e.schedule_id]
-    out.events.append(
-        Event(
-            oid,
-            e.schedule_id,
-            e.tenant,
-            e.version,
-            f,
-            "SKIPPED_OVERLAP",
-            f"{running} still running ({overlap})",
-        )
-    )
-    return False
-
-
-def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out: TickOutput) -> int:
-    """The RETRY lane: released QUEUE_ONE occurrences, expired leases, due retries (within the
-    tenant's retry budget; a throttled retry waits a second, it is never dropped). Returns the
-    budget left."""
-    at = ctx.attempts
-    while ctx.attempts.released and budget > 0:
-        sid, oid, version, f = ctx.attempts.released.pop(0)
-        at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
-        at.dirty.add(sid)
-        e = ctx.entries.get(sid)
-        if e is None or e.version != version or e.state not in (ACTIVE, COMPLETED):
-            continue
-        at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
-        out.dispatch.append(
-            Occurrence(
-                sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload
-            )
-        )
-        budget -= 1
-    at.arm_start_leases(now)  # occurrences the overlap gate emitted in this tick
-    for a in at.expired_leases(now):
-        res = ReportResult()
-        if a.token is None:
-            fail(ctx, a, True, START_LEASE_EXPIRED,
-                 f"attempt {a.attempt} was not STARTED within start_lease_s={at.start_lease_s}s of its "
-                 "dispatch (no worker took it)", now, res)
-        else:
-            fail(ctx, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)",
-                 now, res)
-        out.events.extend(res.events)
-        out.dead.extend(res.dead)
-    for a in at.due_retries(now):
-        e = ctx.entries.get(a.schedule_id)
-        if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
-            res = ReportResult()
-            _finish(ctx, a, "CANCELED", "schedule changed or canceled before the retry", res, now)
-            ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
-            out.events.extend(res.events)
-            continue
-        quota = ctx.tenants.get(a.tenant)
-        rate = quota.retry_budget_per_min / 60 if quota else 0
-        bucket = ctx.retry_bucket(a.tenant, rate)
-        if budget <= 0 or bucket.available(clock) < 1:
-            at.retry(a, now + 1, a.last_error_class, a.last_error_message)
-            if budget > 0:  # held back by the retry budget (not by the tick's): counted once, at emission
-                ctx.attempts.retry_throttled.setdefault(a.occurrence_id, now)
-            continue
-        bucket.spend(1, clock)
-        a.attempt += 1
-        at.reemitted(a, now)
-        occ = Occurrence(
-            a.schedule_id,
-            a.tenant,
-            a.version,
-            a.scheduled_for,
-            ctx.available(e, a.scheduled_for),
-            _RETRY,
-            e.base.handler,
-            e.payload,
-            a.attempt,
-        )
-        out.dispatch.append(occ)
-        since = ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
-        if since is not None and now > since:
-            out.throttled_by(occ, now - since, "retry_budget_per_min")
-        budget -= 1
-    return budget
+    finish(ctx, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res, now)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from scheduler.processor.lanes import LaneQueue
-from scheduler.processor.lifecycle import admit, emit_retries
 from scheduler.processor.model import ACTIVE, Entry, Event, Lane, Occurrence
 from scheduler.processor.outputs import TickOutput
 from scheduler.processor.quotas import TokenBucket
+from scheduler.processor.retry_lane import admit, emit_retries
 from scheduler.processor.store import ShardStore
 
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass

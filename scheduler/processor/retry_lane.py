@@ -1,0 +1,119 @@
+"""The RETRY lane and the overlap gate of a shard's tick (DESIGN.md §5), no Kafka.
+
+In step 2 of the tick, :func:`admit` gates every on-time emission of a schedule
+whose overlap policy is not ALLOW, and :func:`emit_retries` runs the RETRY
+lane: released ``QUEUE_ONE`` occurrences, expired leases (failed attempts), due
+retries within the tenant's retry budget. Both work through the narrow
+:class:`~scheduler.processor.lifecycle.LifecycleContext`.
+"""
+
+from __future__ import annotations
+
+from scheduler.domain import occurrence_id
+from scheduler.processor.attempts import LEASE_EXPIRED, START_LEASE_EXPIRED, Attempt
+from scheduler.processor.lifecycle import LifecycleContext, ReportResult, fail, finish
+from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Event, Lane, Occurrence
+from scheduler.processor.outputs import TickOutput
+
+_RETRY = int(Lane.RETRY)
+
+
+def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
+    """The overlap gate of an on-time occurrence of ``e`` at ``f``: True to emit it.
+
+    ``ALLOW``: always. ``SKIP_IF_RUNNING``: not while an earlier occurrence is
+    in flight (SKIPPED_OVERLAP). ``QUEUE_ONE``: the first such occurrence waits
+    and is released when the running one ends; further ones are skipped.
+    """
+    overlap = e.policy.overlap
+    if overlap == "ALLOW":
+        return True
+    at = ctx.attempts
+    oid = occurrence_id(e.schedule_id, e.version, f)
+    if not at.occupied(e.schedule_id) and e.schedule_id not in at.queued:  # (a released one is on its way)
+        at.occupy(Attempt(oid, e.schedule_id, e.tenant, e.version, f, 1))
+        return True
+    if overlap == "QUEUE_ONE" and at.queue_one(e.schedule_id, oid, e.version, f):
+        return False
+    running = at.occupying[e.schedule_id]
+    out.events.append(
+        Event(
+            oid,
+            e.schedule_id,
+            e.tenant,
+            e.version,
+            f,
+            "SKIPPED_OVERLAP",
+            f"{running} still running ({overlap})",
+        )
+    )
+    return False
+
+
+def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out: TickOutput) -> int:
+    """The RETRY lane: released QUEUE_ONE occurrences, expired leases, due retries (within the
+    tenant's retry budget; a throttled retry waits a second, it is never dropped). Returns the
+    budget left."""
+    at = ctx.attempts
+    while ctx.attempts.released and budget > 0:
+        sid, oid, version, f = ctx.attempts.released.pop(0)
+        at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
+        at.dirty.add(sid)
+        e = ctx.entries.get(sid)
+        if e is None or e.version != version or e.state not in (ACTIVE, COMPLETED):
+            continue
+        at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
+        out.dispatch.append(
+            Occurrence(
+                sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload
+            )
+        )
+        budget -= 1
+    at.arm_start_leases(now)  # occurrences the overlap gate emitted in this tick
+    for a in at.expired_leases(now):
+        res = ReportResult()
+        if a.token is None:
+            fail(ctx, a, True, START_LEASE_EXPIRED,
+                 f"attempt {a.attempt} was not STARTED within start_lease_s={at.start_lease_s}s of its "
+                 "dispatch (no worker took it)", now, res)
+        else:
+            fail(ctx, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)",
+                 now, res)
+        out.events.extend(res.events)
+        out.dead.extend(res.dead)
+    for a in at.due_retries(now):
+        e = ctx.entries.get(a.schedule_id)
+        if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
+            res = ReportResult()
+            finish(ctx, a, "CANCELED", "schedule changed or canceled before the retry", res, now)
+            ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
+            out.events.extend(res.events)
+            continue
+        quota = ctx.tenants.get(a.tenant)
+        rate = quota.retry_budget_per_min / 60 if quota else 0
+        bucket = ctx.retry_bucket(a.tenant, rate)
+        if budget <= 0 or bucket.available(clock) < 1:
+            at.retry(a, now + 1, a.last_error_class, a.last_error_message)
+            if budget > 0:  # held back by the retry budget (not by the tick's): counted once, at emission
+                ctx.attempts.retry_throttled.setdefault(a.occurrence_id, now)
+            continue
+        bucket.spend(1, clock)
+        a.attempt += 1
+        at.reemitted(a, now)
+        occ = Occurrence(
+            a.schedule_id,
+            a.tenant,
+            a.version,
+            a.scheduled_for,
+            ctx.available(e, a.scheduled_for),
+            _RETRY,
+            e.base.handler,
+            e.payload,
+            a.attempt,
+        )
+        out.dispatch.append(occ)
+        since = ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
+        if since is not None and now > since:
+            out.throttled_by(occ, now - since, "retry_budget_per_min")
+        budget -= 1
+    return budget
