@@ -64,16 +64,13 @@ class LocalBroker:
         self.data_dir = Path(config.data_dir).expanduser().absolute()
         self.cache_dir = Path(config.cache_dir).expanduser().absolute()
         self.jars = JarCache(self.cache_dir, config.version)
+        self.storage = DataDir(self.data_dir, config)
+        # Shorthands the CLI and tests use.
         self.version_dir = self.jars.version_dir
         self.libs_dir = self.jars.libs_dir
         self.marker = self.jars.marker
-        self.maven_repo = self.jars.maven_repo
-        self.storage = DataDir(self.data_dir, config)
-        self.kraft_dir = self.storage.kraft_dir
         self.logs_dir = self.storage.logs_dir
         self.server_properties = self.storage.server_properties
-        self.log4j_properties = self.storage.log4j_properties
-        self.meta_file = self.storage.meta_file
         self.pid_file = self.data_dir / "broker.pid"
 
     @property
@@ -226,7 +223,7 @@ class LocalBroker:
                 "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
                 "-XX:+ExplicitGCInvokesConcurrent", "-XX:+ExitOnOutOfMemoryError",
                 "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={self.log4j_properties}",
+                f"-Dlog4j2.configurationFile={self.storage.log4j_properties}",
                 f"-Dkafka.logs.dir={self.logs_dir}",
                 "-cp", f"{libs}/*", MAIN_CLASS, str(self.server_properties),
             ]  # fmt: skip
