@@ -30,7 +30,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
-    from scheduler.kafka.local_broker import BrokerConfig, LocalBroker, LocalBrokerError
+    from scheduler.localbroker import BrokerConfig, LocalBroker, LocalBrokerError
 
     base = load_settings(env={})
     data_root = Path(os.environ.get("KSCHED_TEST_KAFKA_DATA", base.kafka_data_dir.parent / "test-kafka"))

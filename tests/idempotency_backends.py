@@ -91,12 +91,6 @@ def race_threads(
     firsts = [0] * n_threads
     errors: list[BaseException] = []
 
-    def effect(conn: Any, occurrence_id: str, worker: str, rng: random.Random) -> None:
-        backend.write_effect(conn, occurrence_id, worker)
-        time.sleep(rng.random() * 0.002)  # widen the window between claim and commit
-        if rng.random() < fail_rate:
-            raise FlakyEffectError(occurrence_id)
-
     def run(index: int) -> None:
         worker = f"{tag}-{index}"
         rng = random.Random(worker)
@@ -104,14 +98,7 @@ def race_threads(
         try:
             barrier.wait(timeout=30)
             for oid in order:
-                once = functools.partial(effect, occurrence_id=oid, worker=worker, rng=rng)
-                while True:
-                    try:
-                        outcome = store.run_once(oid, once)
-                    except FlakyEffectError:
-                        continue
-                    firsts[index] += outcome.first
-                    break
+                firsts[index] += _run_once_retrying(store, backend, oid, worker, rng, fail_rate)
         except BaseException as exc:
             errors.append(exc)
 
@@ -126,6 +113,36 @@ def race_threads(
     if any(thread.is_alive() for thread in threads):
         raise TimeoutError(f"race {tag}: a thread did not finish in 120 s")
     return sum(firsts)
+
+
+def _run_once_retrying(
+    store: IdempotencyStore[Any],
+    backend: DbBackend,
+    oid: str,
+    worker: str,
+    rng: random.Random,
+    fail_rate: float,
+) -> int:
+    """``store.run_once(oid, ...)`` until it returns (a flaky effect is retried); 1 if it was first."""
+    once = functools.partial(
+        _effect, backend=backend, fail_rate=fail_rate, occurrence_id=oid, worker=worker, rng=rng
+    )
+    while True:
+        try:
+            outcome = store.run_once(oid, once)
+        except FlakyEffectError:
+            continue
+        return int(outcome.first)
+
+
+def _effect(
+    conn: Any, *, backend: DbBackend, fail_rate: float, occurrence_id: str, worker: str, rng: random.Random
+) -> None:
+    """The race's effect: one ``effects`` row; fails after writing it with probability ``fail_rate``."""
+    backend.write_effect(conn, occurrence_id, worker)
+    time.sleep(rng.random() * 0.002)  # widen the window between claim and commit
+    if rng.random() < fail_rate:
+        raise FlakyEffectError(occurrence_id)
 
 
 def _race_process(

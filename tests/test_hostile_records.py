@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from test_attempts_e2e import Running
 from test_processor_failover import isolated, with_topics
 
@@ -70,6 +70,61 @@ def send(p: Producer, settings: Settings, value: bytes, key: bytes | None, parti
     p.flush(30)
 
 
+def send_bad_reports(p: Producer, settings: Settings, valid: list[str], due: int) -> None:
+    """Attempt reports the shard must ignore (and count): a foreign tenant's, one for no fire time,
+    one on another shard's partition, one without a schedule id."""
+    for tenant, sf in (("nobody", due), (TENANT, due + 7)):  # a foreign tenant; no fire time
+        report = AttemptReport(
+            occurrence_id=occurrence_id(valid[0], 1, sf), schedule_id=valid[0], tenant=tenant,
+            version=1, scheduled_for_ms=sf * 1000, attempt=1, token="t",
+            kind="FAILED" if tenant == "nobody" else "STARTED", retryable=True,
+            error_class="X", error_message="m", worker_id="w",
+            reported_at_ms=int(time.time() * 1000),
+        )
+        send(p, settings, encode(report), valid[0].encode())
+    home = partition_for(valid[1].encode(), settings.partitions)
+    astray = AttemptReport(  # a real occurrence, reported on another shard's partition
+        occurrence_id=occurrence_id(valid[1], 1, due), schedule_id=valid[1], tenant=TENANT,
+        version=1, scheduled_for_ms=due * 1000, attempt=1, token="t", kind="SUCCEEDED",
+        worker_id="w", reported_at_ms=int(time.time() * 1000),
+    )
+    send(p, settings, encode(astray), valid[1].encode(), (home + 1) % settings.partitions)
+    nameless = replace(astray, schedule_id="", kind="FAILED", retryable=True)  # no schedule
+    send(p, settings, encode(nameless), b"nameless-report")
+
+
+def read_answers(results: Consumer, wanted: set[str]) -> tuple[dict[str, CommandResult], list[CommandResult]]:
+    """Command results by request id, and the UNDECODABLE ones, until every ``wanted`` request id
+    and two UNDECODABLE answers are in (or 60 s)."""
+    answers: dict[str, CommandResult] = {}
+    undecodable: list[CommandResult] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not wanted <= set(answers) or len(undecodable) < 2):
+        for m in results.consume(500, 0.2):
+            if m.error() is None and m.value():
+                r = decode(m.value() or b"", CommandResult)
+                answers[r.request_id] = r
+                if r.code == "UNDECODABLE":
+                    undecodable.append(r)
+    return answers, undecodable
+
+
+def read_dispatched(settings: Settings, expected: set[str]) -> dict[str, Occurrence]:
+    """The tenant's dispatched occurrences by id, read until every ``expected`` one is in (or 60 s)."""
+    c = consumer(settings.bootstrap_servers)
+    t_dispatch = topic_name(settings, "dispatch", TENANT)
+    c.assign([TopicPartition(t_dispatch, q, 0) for q in range(settings.partitions)])
+    got: dict[str, Occurrence] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not expected <= set(got):
+        for m in c.consume(500, 0.2):
+            if m.error() is None and m.value():
+                o = decode(m.value() or b"", Occurrence)
+                got[o.occurrence_id] = o
+    c.close()
+    return got
+
+
 def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     stack: tuple[Settings, ProcessorMetrics],
 ) -> None:
@@ -106,36 +161,10 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
                 send(p, settings, encode(wrong), wrong_sid.encode(), wrong_partition)
                 send(p, settings, encode(keyless), None)
                 send(p, settings, b"\xc3\x01" + b"z" * 950_000, b"oversize-key")
-                for tenant, sf in (("nobody", due), (TENANT, due + 7)):  # a foreign tenant; no fire time
-                    report = AttemptReport(
-                        occurrence_id=occurrence_id(valid[0], 1, sf), schedule_id=valid[0], tenant=tenant,
-                        version=1, scheduled_for_ms=sf * 1000, attempt=1, token="t",
-                        kind="FAILED" if tenant == "nobody" else "STARTED", retryable=True,
-                        error_class="X", error_message="m", worker_id="w",
-                        reported_at_ms=int(time.time() * 1000),
-                    )
-                    send(p, settings, encode(report), valid[0].encode())
-                home = partition_for(valid[1].encode(), settings.partitions)
-                astray = AttemptReport(  # a real occurrence, reported on another shard's partition
-                    occurrence_id=occurrence_id(valid[1], 1, due), schedule_id=valid[1], tenant=TENANT,
-                    version=1, scheduled_for_ms=due * 1000, attempt=1, token="t", kind="SUCCEEDED",
-                    worker_id="w", reported_at_ms=int(time.time() * 1000),
-                )
-                send(p, settings, encode(astray), valid[1].encode(), (home + 1) % settings.partitions)
-                nameless = replace(astray, schedule_id="", kind="FAILED", retryable=True)  # no schedule
-                send(p, settings, encode(nameless), b"nameless-report")
+                send_bad_reports(p, settings, valid, due)
         assert time.time() < due, "publishing took too long for the test's premise"
-        answers: dict[str, CommandResult] = {}
-        undecodable: list[CommandResult] = []
         wanted = {c.request_id[:256] for c in (*hostile.values(), wrong, keyless)}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (not wanted <= set(answers) or len(undecodable) < 2):
-            for m in results.consume(500, 0.2):
-                if m.error() is None and m.value():
-                    r = decode(m.value() or b"", CommandResult)
-                    answers[r.request_id] = r
-                    if r.code == "UNDECODABLE":
-                        undecodable.append(r)
+        answers, undecodable = read_answers(results, wanted)
         results.close()
 
     def code(name: str) -> str | None:
@@ -154,18 +183,8 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     assert {"garbage-key", "oversize-key"} <= keys, undecodable
     assert all("offset" in (r.reason or "") for r in undecodable)
     # the valid traffic was served on time
-    c = consumer(settings.bootstrap_servers)
-    t_dispatch = topic_name(settings, "dispatch", TENANT)
-    c.assign([TopicPartition(t_dispatch, q, 0) for q in range(settings.partitions)])
     expected = {occurrence_id(sid, 1, due) for sid in valid}
-    got: dict[str, Occurrence] = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not expected <= set(got):
-        for m in c.consume(500, 0.2):
-            if m.error() is None and m.value():
-                o = decode(m.value() or b"", Occurrence)
-                got[o.occurrence_id] = o
-    c.close()
+    got = read_dispatched(settings, expected)
     assert expected <= set(got)
     lags = [got[o].enqueued_at_ms - got[o].scheduled_for_ms for o in expected]
     assert max(lags) < 3000, lags

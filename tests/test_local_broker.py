@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.kafka.local_broker import (
+from scheduler.localbroker import (
     BrokerConfig,
     LocalBroker,
     LocalBrokerError,

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
 from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
 from scheduler.subprocesses import stop_all
+
+if TYPE_CHECKING:
+    from scheduler.settings import Settings
 
 
 def register(sub: Any) -> None:
@@ -77,24 +81,15 @@ def _plain_rate(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) 
     return len(records) / (time.perf_counter() - t0)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.clients import consumer, produce_waiting, producer
-    from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
-    from scheduler.tenants import Tenant
-    from scheduler.topology import topic_name
+def _baseline(settings: Settings, admin: Any, base_topic: str, n: int) -> tuple[float, float]:
+    """The plain producer's rates (distinct values, one repeated value) writing to ``base_topic``.
 
-    n, ntenants = args.schedules, max(1, args.tenants)
-    names = [f"t{i}" for i in range(ntenants)]
-    space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
-    ns, env, settings, admin = space.name, space.env, space.settings, space.admin
-    bs = settings.bootstrap_servers
-
-    # 1. The baseline: a plain producer, same settings, writing N records shaped like the dispatch
-    # records (distinct ids, same sizes, keyed by a schedule id), encoded before the clock starts.
-    base_topic = f"{ns}.baseline"
+    N records shaped like the dispatch records (distinct ids, same sizes, keyed by a schedule
+    id), encoded before the clock starts.
+    """
     from confluent_kafka.admin import NewTopic
 
+    bs = settings.bootstrap_servers
     admin.create_topics([NewTopic(base_topic, settings.partitions, 1)])[base_topic].result(30)
     time.sleep(1)
     records = _baseline_records(n)
@@ -108,6 +103,117 @@ def _run(args: argparse.Namespace) -> int:
         f"plain producer: {plain_rate:,.0f} records/s ({n:,} distinct x {sample} B); "
         f"one repeated value: {plain_same_rate:,.0f}/s"
     )
+    return plain_rate, plain_same_rate
+
+
+def _load(
+    settings: Settings, results: Any, names: list[str], n: int, cron: str, flexible_share: float
+) -> tuple[int, int, float]:
+    """Produce N CREATE commands of ``cron`` (the first ``flexible_share`` flexible), tenants in turn;
+    then read ``results`` until N answers or 600 s. Returns (accepted, answers read, seconds taken)."""
+    from scheduler.domain import ScheduleSpec
+    from scheduler.kafka.clients import produce_waiting, producer
+    from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
+    from scheduler.topology import topic_name
+
+    cmd_producer = producer(settings.bootstrap_servers)
+    t_commands = topic_name(settings, "commands")
+    nflex = int(n * flexible_share)
+    t_load = time.perf_counter()
+    for i in range(n):
+        spec = ScheduleSpec(
+            kind="cron",
+            cron=cron,
+            timezone="UTC",
+            handler="noop",
+            payload=b"x" * 32,
+            window_minutes=1 if i < nflex else 0,
+        )
+        sid = uuid.uuid4().hex
+        cmd = ScheduleCommand(
+            request_id=sid,
+            tenant=names[i % len(names)],
+            schedule_id=sid,
+            kind="CREATE",
+            spec=ScheduleSpecRecord.from_domain(spec),
+            issued_at_ms=int(time.time() * 1000),
+        )
+        produce_waiting(cmd_producer, t_commands, encode(cmd), sid.encode())
+    cmd_producer.flush(300)
+    accepted = 0
+    seen_results = 0
+    deadline = time.monotonic() + 600
+    while seen_results < n and time.monotonic() < deadline:
+        for m in results.consume(10_000, 0.5):
+            if m.error() is None:
+                seen_results += 1
+                accepted += decode(m.value() or b"", CommandResult).status == "ACCEPTED"
+    return accepted, seen_results, time.perf_counter() - t_load
+
+
+def _read_burst(
+    reader: Any, n: int, deadline: float, procs: list[subprocess.Popen[bytes]], rss_after: int
+) -> tuple[list[tuple[bytes, float, int]], int]:
+    """The raw dispatch records (value, seen at, appended at ms) until N or ``deadline``, then 2 s more
+    (a duplicate would arrive then); and the processors' peak RSS meanwhile.
+
+    Kept raw while the burst runs: decoding here would take CPU from the processor and the
+    broker on this 2-core machine. Decoded after the burst.
+    """
+    raw: list[tuple[bytes, float, int]] = []
+    seen = 0
+    peak_rss = rss_after
+    last_rss_check = time.monotonic()
+    while seen < n and time.monotonic() < deadline:
+        for m in reader.consume(10_000, 0.2):
+            if m.error() is not None:
+                continue
+            raw.append((m.value() or b"", time.time(), m.timestamp()[1]))
+            seen += 1
+        if time.monotonic() - last_rss_check > 0.5:
+            peak_rss = max(peak_rss, sum(rss(p.pid) for p in procs))
+            last_rss_check = time.monotonic()
+    end = time.monotonic() + 2.0  # a duplicate would arrive now
+    while time.monotonic() < end:
+        for m in reader.consume(10_000, 0.2):
+            if m.error() is None:
+                raw.append((m.value() or b"", time.time(), m.timestamp()[1]))
+    return raw, peak_rss
+
+
+def _lags(
+    raw: list[tuple[bytes, float, int]], due: int
+) -> tuple[list[float], list[float], list[tuple[float, float]], set[str]]:
+    """Decoded: consumer-visible lags, append lags, (seconds after due, lag) points, occurrence ids."""
+    from scheduler.records import Occurrence, decode
+
+    vis: list[float] = []
+    app: list[float] = []
+    over_time: list[tuple[float, float]] = []
+    ids: set[str] = set()
+    for value, seen_at, appended_ms in raw:
+        occ = decode(value, Occurrence)
+        ids.add(occ.occurrence_id)
+        ref = occ.available_at_ms / 1000
+        vis.append(seen_at - ref)
+        app.append(appended_ms / 1000 - ref)
+        over_time.append((seen_at - due, seen_at - ref))
+    return vis, app, over_time, ids
+
+
+def _run(args: argparse.Namespace) -> int:
+    from scheduler.kafka.clients import consumer
+    from scheduler.tenants import Tenant
+    from scheduler.topology import topic_name
+
+    n, ntenants = args.schedules, max(1, args.tenants)
+    names = [f"t{i}" for i in range(ntenants)]
+    space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
+    ns, env, settings, admin = space.name, space.env, space.settings, space.admin
+    bs = settings.bootstrap_servers
+
+    # 1. The baseline: a plain producer, same settings.
+    plain_rate, plain_same_rate = _baseline(settings, admin, f"{ns}.baseline", n)
 
     # 2. The processors (they share the shards).
     procs = [start_processor(env, args.metrics_port + i) for i in range(max(1, args.processors))]
@@ -124,39 +230,7 @@ def _run(args: argparse.Namespace) -> int:
         results = consumer(bs)
         t_results = topic_name(settings, "results")
         results.assign([TopicPartition(t_results, p, 0) for p in range(settings.partitions)])
-        cmd_producer = producer(bs)
-        t_commands = topic_name(settings, "commands")
-        nflex = int(n * args.flexible_share)
-        t_load = time.perf_counter()
-        for i in range(n):
-            spec = ScheduleSpec(
-                kind="cron",
-                cron=cron,
-                timezone="UTC",
-                handler="noop",
-                payload=b"x" * 32,
-                window_minutes=1 if i < nflex else 0,
-            )
-            sid = uuid.uuid4().hex
-            cmd = ScheduleCommand(
-                request_id=sid,
-                tenant=names[i % ntenants],
-                schedule_id=sid,
-                kind="CREATE",
-                spec=ScheduleSpecRecord.from_domain(spec),
-                issued_at_ms=int(time.time() * 1000),
-            )
-            produce_waiting(cmd_producer, t_commands, encode(cmd), sid.encode())
-        cmd_producer.flush(300)
-        accepted = 0
-        seen_results = 0
-        deadline = time.monotonic() + 600
-        while seen_results < n and time.monotonic() < deadline:
-            for m in results.consume(10_000, 0.5):
-                if m.error() is None:
-                    seen_results += 1
-                    accepted += decode(m.value() or b"", CommandResult).status == "ACCEPTED"
-        load_s = time.perf_counter() - t_load
+        accepted, seen_results, load_s = _load(settings, results, names, n, cron, args.flexible_share)
         commands_per_s = seen_results / load_s
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
         time.sleep(1)
@@ -173,41 +247,10 @@ def _run(args: argparse.Namespace) -> int:
                 for p in range(settings.partitions)
             ]
         )
-        # Keep the raw records while the burst runs: decoding here would take CPU from the
-        # processor and the broker on this 2-core machine. Decoded after the burst.
-        raw: list[tuple[bytes, float, int]] = []
-        seen = 0
-        peak_rss = rss_after
-        last_rss_check = time.monotonic()
         deadline = time.monotonic() + max(60.0, due - time.time() + 120)
-        while seen < n and time.monotonic() < deadline:
-            for m in reader.consume(10_000, 0.2):
-                if m.error() is not None:
-                    continue
-                raw.append((m.value() or b"", time.time(), m.timestamp()[1]))
-                seen += 1
-            if time.monotonic() - last_rss_check > 0.5:
-                peak_rss = max(peak_rss, sum(rss(p.pid) for p in procs))
-                last_rss_check = time.monotonic()
-        end = time.monotonic() + 2.0  # a duplicate would arrive now
-        while time.monotonic() < end:
-            for m in reader.consume(10_000, 0.2):
-                if m.error() is None:
-                    raw.append((m.value() or b"", time.time(), m.timestamp()[1]))
-        from scheduler.records import Occurrence
-
-        vis: list[float] = []
-        app: list[float] = []
-        over_time: list[tuple[float, float]] = []
-        ids: set[str] = set()
+        raw, peak_rss = _read_burst(reader, n, deadline, procs, rss_after)
+        vis, app, over_time, ids = _lags(raw, due)
         total = len(raw)
-        for value, seen_at, appended_ms in raw:
-            occ = decode(value, Occurrence)
-            ids.add(occ.occurrence_id)
-            ref = occ.available_at_ms / 1000
-            vis.append(seen_at - ref)
-            app.append(appended_ms / 1000 - ref)
-            over_time.append((seen_at - due, seen_at - ref))
         appended = sorted(a for _, _, a in raw)
         emit_rate = (
             total / max(1e-3, (appended[-1] - appended[0]) / 1000) if total > 1 else 0.0

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scheduler.kafka.local_broker import BrokerStatus, LocalBroker
+    from scheduler.localbroker import BrokerStatus, LocalBroker
     from scheduler.settings import Settings
 
 
@@ -44,7 +44,7 @@ def _settings() -> Settings:
 
 
 def _broker(settings: Settings) -> LocalBroker:
-    from scheduler.kafka.local_broker import BrokerConfig, LocalBroker
+    from scheduler.localbroker import BrokerConfig, LocalBroker
 
     return LocalBroker(
         BrokerConfig(
@@ -74,7 +74,7 @@ def _print_status(st: BrokerStatus) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from scheduler.kafka.local_broker import LocalBrokerError
+    from scheduler.localbroker import LocalBrokerError
 
     settings = _settings()
     if settings.bootstrap:

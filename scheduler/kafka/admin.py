@@ -104,58 +104,66 @@ def apply_topics(
             )
             continue
         to_check.append(plan)
-        have = len(meta.partitions)
-        if have != plan.partitions:
-            changes.append(
-                TopicChange(
-                    plan.name,
-                    "drift",
-                    f"has {have} partitions, plan says {plan.partitions}; not changed "
-                    "(it would move schedules between shards): migrate to a new namespace",
-                    False,
-                )
-            )
-        rf = min((len(p.replicas) for p in meta.partitions.values()), default=0)
-        if rf != plan.replication_factor:
-            changes.append(
-                TopicChange(
-                    plan.name,
-                    "drift",
-                    f"replication factor {rf}, plan says {plan.replication_factor}; "
-                    "not changed (needs a partition reassignment)",
-                    False,
-                )
-            )
+        changes.extend(_drift(plan, meta))
     if to_create and not dry_run:
         _wait(admin.create_topics(to_create, operation_timeout=timeout_s), "create topic")
         _await_metadata(admin, [t.topic for t in to_create], timeout_s)
     if to_check:
-        resources = [ConfigResource(ResourceType.TOPIC, p.name) for p in to_check]
-        described = admin.describe_configs(resources)
-        alters: list[ConfigResource] = []
-        for plan, res in zip(to_check, resources, strict=True):
-            fut = next(f for r, f in described.items() if r.name == res.name)
-            try:
-                current: dict[str, ConfigEntry] = fut.result()
-            except KafkaException as exc:
-                raise AdminError(f"describe configs {plan.name}: {exc.args[0]}") from None
-            entries = []
-            for key, want in sorted(plan.configs.items()):
-                have_entry = current.get(key)
-                have_value = have_entry.value if have_entry is not None else None
-                if have_value != want:
-                    changes.append(
-                        TopicChange(plan.name, "alter", f"{key}: {have_value} -> {want}", not dry_run)
-                    )
-                    entries.append(
-                        ConfigEntry(key, want, incremental_operation=AlterConfigOpType.SET)
-                    )
-            if entries:
-                alters.append(
-                    ConfigResource(ResourceType.TOPIC, plan.name, incremental_configs=entries)
-                )
-        if alters and not dry_run:
-            _wait(admin.incremental_alter_configs(alters), "alter configs of")
+        changes.extend(_apply_configs(admin, to_check, dry_run=dry_run))
+    return changes
+
+
+def _drift(plan: TopicLike, meta: Any) -> list[TopicChange]:
+    """Partition-count and replication differences of an existing topic: reported, never fixed."""
+    changes: list[TopicChange] = []
+    have = len(meta.partitions)
+    if have != plan.partitions:
+        changes.append(
+            TopicChange(
+                plan.name,
+                "drift",
+                f"has {have} partitions, plan says {plan.partitions}; not changed "
+                "(it would move schedules between shards): migrate to a new namespace",
+                False,
+            )
+        )
+    rf = min((len(p.replicas) for p in meta.partitions.values()), default=0)
+    if rf != plan.replication_factor:
+        changes.append(
+            TopicChange(
+                plan.name,
+                "drift",
+                f"replication factor {rf}, plan says {plan.replication_factor}; "
+                "not changed (needs a partition reassignment)",
+                False,
+            )
+        )
+    return changes
+
+
+def _apply_configs(admin: AdminClient, plans: list[TopicLike], *, dry_run: bool) -> list[TopicChange]:
+    """Set every config a plan names that differs on its (existing) topic, unless ``dry_run``."""
+    changes: list[TopicChange] = []
+    resources = [ConfigResource(ResourceType.TOPIC, p.name) for p in plans]
+    described = admin.describe_configs(resources)
+    alters: list[ConfigResource] = []
+    for plan, res in zip(plans, resources, strict=True):
+        fut = next(f for r, f in described.items() if r.name == res.name)
+        try:
+            current: dict[str, ConfigEntry] = fut.result()
+        except KafkaException as exc:
+            raise AdminError(f"describe configs {plan.name}: {exc.args[0]}") from None
+        entries = []
+        for key, want in sorted(plan.configs.items()):
+            have_entry = current.get(key)
+            have_value = have_entry.value if have_entry is not None else None
+            if have_value != want:
+                changes.append(TopicChange(plan.name, "alter", f"{key}: {have_value} -> {want}", not dry_run))
+                entries.append(ConfigEntry(key, want, incremental_operation=AlterConfigOpType.SET))
+        if entries:
+            alters.append(ConfigResource(ResourceType.TOPIC, plan.name, incremental_configs=entries))
+    if alters and not dry_run:
+        _wait(admin.incremental_alter_configs(alters), "alter configs of")
     return changes
 
 

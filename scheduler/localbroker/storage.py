@@ -1,0 +1,100 @@
+"""The broker's data dir: config generated on every start, KRaft storage formatted once.
+
+``--fresh`` wipes the storage and logs; ``broker.json`` records the ports and cluster id
+the storage was formatted with (layout: the package docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from scheduler.localbroker.config import (
+    TOOLS_LOG4J2,
+    BrokerConfig,
+    kafka_uuid,
+    log4j2_properties,
+    server_properties,
+)
+from scheduler.localbroker.errors import LocalBrokerError
+
+
+class DataDir:
+    """The files of one broker under ``data_dir`` and the ``kafka-storage`` steps on them."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.kraft_dir = data_dir / "kraft"
+        self.logs_dir = data_dir / "logs"
+        self.server_properties = data_dir / "server.properties"
+        self.log4j_properties = data_dir / "log4j2.properties"
+        self.meta_file = data_dir / "broker.json"
+
+    def formatted(self) -> bool:
+        return (self.kraft_dir / "meta.properties").is_file()
+
+    def check_formatted_ports(self) -> None:
+        """Refuse a controller port other than the one the storage was formatted for."""
+        if not self.formatted():
+            return
+        try:
+            meta = json.loads(self.meta_file.read_text())
+        except (OSError, ValueError):
+            return
+        was = meta.get("controller_port")
+        if isinstance(was, int) and was != self.config.controller_port:
+            raise LocalBrokerError(
+                f"{self.data_dir} was formatted for controller port {was}, not "
+                f"{self.config.controller_port}; set the controller port back or run "
+                "`ksched kafka start --fresh` (wipes its data)"
+            )
+
+    def write_config(self) -> None:
+        """(Re)generate ``server.properties`` and ``log4j2.properties``; create the kraft and log dirs."""
+        self.kraft_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.server_properties.write_text(server_properties(self.config, self.kraft_dir))
+        self.log4j_properties.write_text(log4j2_properties(self.logs_dir))
+
+    def format(self, java: Path, libs: Path) -> None:
+        """Format the KRaft storage (standalone controller) with a new cluster id; record it and the ports."""
+        cluster_id = kafka_uuid()
+        self._run_tool(
+            java, libs, "format", "--standalone", "-t", cluster_id, "-c", str(self.server_properties)
+        )
+        self.meta_file.write_text(
+            json.dumps(
+                {
+                    "cluster_id": cluster_id,
+                    "version": self.config.version,
+                    "port": self.config.port,
+                    "controller_port": self.config.controller_port,
+                },
+                indent=1,
+            )
+        )
+
+    def wipe(self) -> None:
+        shutil.rmtree(self.kraft_dir, ignore_errors=True)
+        shutil.rmtree(self.logs_dir, ignore_errors=True)
+        self.meta_file.unlink(missing_ok=True)
+
+    def _run_tool(self, java: Path, libs: Path, *args: str) -> str:
+        tools_log4j = self.data_dir / "tools-log4j2.properties"
+        tools_log4j.write_text(TOOLS_LOG4J2)
+        cmd = [
+            str(java), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={tools_log4j}",
+            "-cp", f"{libs}/*", "kafka.tools.StorageTool", *args,
+        ]  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        if out.returncode != 0:
+            lines = [ln for ln in (out.stderr + "\n" + out.stdout).splitlines() if ln.strip()]
+            raise LocalBrokerError(
+                f"kafka-storage {args[0]} failed: {lines[-1] if lines else out.returncode}; "
+                "run `ksched kafka start --fresh` to re-create the data dir"
+            )
+        return out.stdout
