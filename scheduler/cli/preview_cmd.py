@@ -72,8 +72,9 @@ def _z(t: dt.datetime) -> str:
 def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The preview rows for parsed arguments; :class:`UsageError` on invalid input."""
     from scheduler.domain import SpecError, available_at, occurrence_id
-    from scheduler.domain.compiled import compile_timing, load_zone
+    from scheduler.domain.compiled import compile_timing
     from scheduler.domain.spec import MAX_WINDOW_MINUTES
+    from scheduler.domain.zones import from_epoch, load_zone, to_epoch
 
     if not 1 <= args.count <= MAX_COUNT:
         raise UsageError(f"--count: {args.count} is out of range 1-{MAX_COUNT}")
@@ -89,15 +90,15 @@ def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         zone = load_zone(args.tz)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+    window_s = args.window_minutes * 60
     out: list[dict[str, Any]] = []
-    for n, f in enumerate(compiled.fire_times(after, args.count), 1):
-        row: dict[str, Any] = {"n": n, "scheduled_for": _z(f),
-                               "local": f.astimezone(zone).isoformat()}
-        if args.window_minutes:
-            epoch = int(f.timestamp())
-            oid = occurrence_id(PREVIEW_SCHEDULE_ID, PREVIEW_VERSION, epoch)
-            row["available_at"] = _z(dt.datetime.fromtimestamp(
-                available_at(oid, epoch, args.window_minutes), dt.UTC))
+    for n, f in enumerate(compiled.fire_times_epoch(to_epoch(after, "after"), args.count), 1):
+        t = from_epoch(f)
+        row: dict[str, Any] = {"n": n, "scheduled_for": _z(t), "local": t.astimezone(zone).isoformat()}
+        if window_s:
+            oid = occurrence_id(PREVIEW_SCHEDULE_ID, PREVIEW_VERSION, f)
+            avail = available_at(oid, f, args.window_minutes)
+            row["available_at"] = _z(from_epoch(avail))
         out.append(row)
     return out
 

@@ -20,7 +20,7 @@ Grammar, per field (``minute hour day-of-month month day-of-week``)::
 
 This module knows nothing about time zones: :meth:`CronExpr.next_local` walks
 *local wall-clock* minutes as plain integers. Zone and DST handling live in
-:mod:`scheduler.domain.compiled`.
+:mod:`scheduler.domain.cron_rule`.
 """
 
 from __future__ import annotations
