@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.domain import available_at, occurrence_id, schedule_id_for
-from scheduler.domain.ids import jitter_s, new_schedule_id
+from scheduler.domain.compiled import compile_timing
+from scheduler.domain.ids import jitter_within_s, new_schedule_id
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
@@ -61,19 +62,20 @@ def test_ids_schedule_id_for_is_deterministic_per_tenant_and_key() -> None:
 
 
 def test_ids_strict_window_is_nominal() -> None:
-    assert available_at("x" * 32, 1_800_000_000, 0) == 1_800_000_000
+    hourly = compile_timing(kind="cron", cron="0 * * * *", timezone="UTC")
+    assert available_at(hourly, "x" * 32, 1, 1_800_000_000, 0) == 1_800_000_000
     with pytest.raises(ValueError):
-        jitter_s("x", -1)
+        available_at(hourly, "x", 1, 1_800_000_000, -60)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(sid=st.text(min_size=1, max_size=20), v=st.integers(1, 10**6),
        t=st.integers(0, 4_102_444_800), w=st.integers(1, 1440))
-def test_ids_available_at_is_in_window(sid: str, v: int, t: int, w: int) -> None:
+def test_ids_jitter_is_in_window(sid: str, v: int, t: int, w: int) -> None:
     oid = occurrence_id(sid, v, t)
-    a = available_at(oid, t, w)
+    a = t + jitter_within_s(oid, w * 60)  # the hash; the window's cap: tests/test_fire.py
     assert t <= a < t + w * 60
-    assert a == available_at(oid, t, w)
+    assert a == t + jitter_within_s(oid, w * 60)
 
 
 def test_ids_jitter_is_roughly_uniform() -> None:
@@ -81,6 +83,6 @@ def test_ids_jitter_is_roughly_uniform() -> None:
     buckets = [0] * w
     n = 20_000
     for i in range(n):
-        buckets[jitter_s(occurrence_id("s", 1, i * 60), w) // 60] += 1
+        buckets[jitter_within_s(occurrence_id("s", 1, i * 60), w * 60) // 60] += 1
     expected = n / w
     assert all(abs(b - expected) < 0.1 * expected for b in buckets), buckets

@@ -39,7 +39,11 @@ def test_preview_json_shift_all_and_window(capsys: pytest.CaptureFixture[str]) -
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["local"] for r in rows] == [
         "2026-11-01T01:30:00-04:00", "2026-11-01T01:30:00-05:00", "2026-11-01T02:30:00-05:00"]
-    from scheduler.domain import available_at, occurrence_id
+    from scheduler.domain import available_at
+    from scheduler.domain.compiled import compile_timing
+
+    timing = compile_timing(kind="cron", cron="30 1,2 * * *", timezone="America/New_York",
+                            nonexistent="shift", repeated="all")
 
     for r in rows:
         import datetime as dt
@@ -47,7 +51,7 @@ def test_preview_json_shift_all_and_window(capsys: pytest.CaptureFixture[str]) -
         s = int(dt.datetime.fromisoformat(r["scheduled_for"]).timestamp())
         a = int(dt.datetime.fromisoformat(r["available_at"]).timestamp())
         assert s <= a < s + 600
-        assert a == available_at(occurrence_id("preview", 1, s), s, 10)
+        assert a == available_at(timing, "preview", 1, s, 600)
 
 
 def test_preview_at_and_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,3 +91,32 @@ def test_preview_invalid_input_exits_2_with_one_line(
 def test_preview_once_in_the_past_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["--at", "2020-01-01T00:00", "--tz", "UTC", "--json"], capsys)
     assert code == 0 and out == ""
+
+
+def test_preview_available_at_is_the_domain_function_capped_at_the_gap(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 60-minute window on a 5-minute schedule: preview shows the processor's capped instant."""
+    import datetime as dt
+
+    from scheduler.domain import available_at, occurrence_id
+    from scheduler.domain.compiled import compile_timing
+    from scheduler.domain.ids import jitter_within_s
+
+    code, out, _ = run(["--cron", "*/5 * * * *", "--tz", "Europe/Berlin", "--after",
+                        "2026-03-29T00:40:00Z", "--count", "12", "--window-minutes", "60",
+                        "--json"], capsys)
+    assert code == 0
+    timing = compile_timing(kind="cron", cron="*/5 * * * *", timezone="Europe/Berlin")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == 12
+    uncapped_differs = False
+    for r in rows:
+        s = int(dt.datetime.fromisoformat(r["scheduled_for"]).timestamp())
+        a = int(dt.datetime.fromisoformat(r["available_at"]).timestamp())
+        assert a == available_at(timing, preview_cmd.PREVIEW_SCHEDULE_ID,
+                                 preview_cmd.PREVIEW_VERSION, s, 3600)
+        assert s <= a < s + 300
+        oid = occurrence_id(preview_cmd.PREVIEW_SCHEDULE_ID, preview_cmd.PREVIEW_VERSION, s)
+        uncapped_differs |= a != s + jitter_within_s(oid, 3600)
+    assert uncapped_differs  # the uncapped formula would have shown other instants

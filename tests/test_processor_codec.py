@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scheduler.domain import ScheduleSpec, available_at, occurrence_id
+from scheduler.domain.compiled import compile_timing
 from scheduler.processor import codec
 from scheduler.processor.shard import Shard
 from scheduler.records import Occurrence, decode
@@ -43,7 +44,8 @@ def test_prepared_heads_give_the_records_encoded_at_firing_time() -> None:
         assert sf == T0
         assert occ.occurrence_id == occurrence_id(occ.schedule_id, 1, sf)
         window = 2 if int(occ.schedule_id[1:]) % 2 else 0
-        assert occ.available_at_ms // 1000 == available_at(occ.occurrence_id, sf, window)
+        timing = compile_timing(kind="cron", cron="*/10 * * * *", timezone="UTC")
+        assert occ.available_at_ms // 1000 == available_at(timing, occ.schedule_id, 1, sf, window * 60)
         assert (occ.enqueued_at_ms, occ.attempt, occ.handler) == ((T0 + 120) * 1000 + 7, 1, "h")
         assert occ.payload == f"p{int(occ.schedule_id[1:])}".encode()
     # re-armed for the next fire: the old heads are gone, the next pass prepares the new ones

@@ -68,10 +68,10 @@ class Figure:
 
 
 def _clear_caches() -> None:
-    from scheduler.domain import compiled, cron
+    from scheduler.domain import compiled, cron, cron_rule
 
     compiled._compile.cache_clear()
-    compiled.cron_rule.cache_clear()
+    cron_rule.cron_rule.cache_clear()
     cron.parse_cron.cache_clear()
     cron._parse_field.cache_clear()
 
@@ -118,7 +118,7 @@ def bench_rearm(schedules: int, pairs: int) -> Figure:
 
 
 def bench_distinct(expressions: int, seed: int = 7) -> Figure:
-    from scheduler.domain.compiled import cron_rule
+    from scheduler.domain.cron_rule import cron_rule
 
     _clear_caches()
     rng = random.Random(seed)

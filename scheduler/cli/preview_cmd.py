@@ -8,10 +8,16 @@ and the local time; ``--json`` prints one object per line::
 
     {"n": 1, "scheduled_for": "2026-03-09T13:00:00Z", "local": "2026-03-09T09:00:00-04:00"}
 
-plus ``"available_at"`` (same Z format) when ``--window-minutes`` is given. The
-jitter of a preview is computed for the fixed schedule id ``"preview"``,
-version 1 (:data:`PREVIEW_SCHEDULE_ID`): a saved schedule has its own id, so
-its flexible ``available_at`` will differ -- only the window bounds carry over.
+plus ``"available_at"`` (same Z format) when ``--window-minutes`` is given:
+the processor's own definition (:func:`scheduler.domain.fire.available_at`),
+so the jitter is capped at the gap to the next fire as it will be once saved.
+A preview has no schedule id yet, so its jitter is computed for the fixed id
+``"preview"``, version 1 (:data:`PREVIEW_SCHEDULE_ID`, :data:`PREVIEW_VERSION`):
+a saved schedule hashes its own id, so its flexible ``available_at`` differs --
+what carries over is the window and its cap (``scheduled_for <= available_at <
+scheduled_for + min(window, gap to the next fire)``). A preview has no start,
+end or max_runs, so a cron fire always has a next one to cap against; a saved
+schedule's last permitted run (and any one-time fire) has none and is uncapped.
 Invalid input exits 2 with one line on stderr.
 """
 
@@ -71,9 +77,10 @@ def _z(t: dt.datetime) -> str:
 
 def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The preview rows for parsed arguments; :class:`UsageError` on invalid input."""
-    from scheduler.domain import SpecError, available_at, occurrence_id
-    from scheduler.domain.compiled import compile_timing, load_zone
+    from scheduler.domain import SpecError, available_at
+    from scheduler.domain.compiled import compile_timing
     from scheduler.domain.spec import MAX_WINDOW_MINUTES
+    from scheduler.domain.zones import from_epoch, load_zone, to_epoch
 
     if not 1 <= args.count <= MAX_COUNT:
         raise UsageError(f"--count: {args.count} is out of range 1-{MAX_COUNT}")
@@ -89,15 +96,14 @@ def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         zone = load_zone(args.tz)
     except SpecError as exc:
         raise UsageError(str(exc)) from None
+    window_s = args.window_minutes * 60
     out: list[dict[str, Any]] = []
-    for n, f in enumerate(compiled.fire_times(after, args.count), 1):
-        row: dict[str, Any] = {"n": n, "scheduled_for": _z(f),
-                               "local": f.astimezone(zone).isoformat()}
-        if args.window_minutes:
-            epoch = int(f.timestamp())
-            oid = occurrence_id(PREVIEW_SCHEDULE_ID, PREVIEW_VERSION, epoch)
-            row["available_at"] = _z(dt.datetime.fromtimestamp(
-                available_at(oid, epoch, args.window_minutes), dt.UTC))
+    for n, f in enumerate(compiled.fire_times_epoch(to_epoch(after, "after"), args.count), 1):
+        t = from_epoch(f)
+        row: dict[str, Any] = {"n": n, "scheduled_for": _z(t), "local": t.astimezone(zone).isoformat()}
+        if window_s:
+            avail = available_at(compiled, PREVIEW_SCHEDULE_ID, PREVIEW_VERSION, f, window_s)
+            row["available_at"] = _z(from_epoch(avail))
         out.append(row)
     return out
 

@@ -20,7 +20,7 @@ Grammar, per field (``minute hour day-of-month month day-of-week``)::
 
 This module knows nothing about time zones: :meth:`CronExpr.next_local` walks
 *local wall-clock* minutes as plain integers. Zone and DST handling live in
-:mod:`scheduler.domain.compiled`.
+:mod:`scheduler.domain.cron_rule`.
 """
 
 from __future__ import annotations
@@ -91,45 +91,55 @@ def _check_range(value: int, index: int) -> None:
         raise SpecError(FIELD_NAMES[index], value, f"{value} is out of range {lo}-{hi}")
 
 
-@lru_cache(maxsize=4096)
-def _parse_field(text: str, index: int) -> frozenset[int]:
+def _parse_step(item: str, text: str, index: int) -> tuple[str, int | None]:
+    """Split ``item`` into its body and its ``/step`` (None when it has none)."""
+    if "/" not in item:
+        return item, None
+    body, _, step_text = item.partition("/")
+    if not step_text.isdigit():
+        raise SpecError(FIELD_NAMES[index], text, f"step '{step_text}' is not a number")
+    step = int(step_text)
+    lo, hi = _BOUNDS[index]
+    width = hi - lo + (0 if index == 4 else 1)  # day-of-week: 0 and 7 are one day
+    if not 1 <= step <= width:
+        raise SpecError(FIELD_NAMES[index], text, f"step {step} is out of range 1-{width}")
+    return body, step
+
+
+def _parse_item(item: str, text: str, index: int) -> range:
+    """The values of one list item of field ``text`` (messages name the whole field)."""
     name = FIELD_NAMES[index]
     lo, hi = _BOUNDS[index]
-    upper = text.upper()
-    for ch in upper:
+    if not item:
+        raise SpecError(name, text, f"empty list item in '{text}'")
+    body, step = _parse_step(item, text, index)
+    if body == "*":
+        start, stop = lo, hi
+    elif "-" in body:
+        a_text, _, b_text = body.partition("-")
+        if not a_text or not b_text:
+            raise SpecError(name, text, f"'{item}' is not a valid range")
+        start, stop = _parse_value(a_text, index), _parse_value(b_text, index)
+        _check_range(start, index)
+        _check_range(stop, index)
+        if start > stop:
+            raise SpecError(name, text, f"range {a_text}-{b_text} is reversed")
+    else:
+        start = _parse_value(body, index)
+        _check_range(start, index)
+        stop = start if step is None else hi  # "value/step" runs to the field's max
+    return range(start, stop + 1, step or 1)
+
+
+@lru_cache(maxsize=4096)
+def _parse_field(text: str, index: int) -> frozenset[int]:
+    for ch in text.upper():
         if ch not in _ALLOWED:
-            raise SpecError(name, text, f"'{ch}' is not supported (use numbers, names, * , - /)")
+            raise SpecError(FIELD_NAMES[index], text,
+                            f"'{ch}' is not supported (use numbers, names, * , - /)")
     values: set[int] = set()
     for item in text.split(","):
-        if not item:
-            raise SpecError(name, text, f"empty list item in '{text}'")
-        step = 1
-        body = item
-        has_step = "/" in item
-        if has_step:
-            body, _, step_text = item.partition("/")
-            if not step_text.isdigit():
-                raise SpecError(name, text, f"step '{step_text}' is not a number")
-            step = int(step_text)
-            width = hi - lo + (0 if index == 4 else 1)
-            if not 1 <= step <= width:
-                raise SpecError(name, text, f"step {step} is out of range 1-{width}")
-        if body == "*":
-            start, stop = lo, hi
-        elif "-" in body:
-            a_text, _, b_text = body.partition("-")
-            if not a_text or not b_text:
-                raise SpecError(name, text, f"'{item}' is not a valid range")
-            start, stop = _parse_value(a_text, index), _parse_value(b_text, index)
-            _check_range(start, index)
-            _check_range(stop, index)
-            if start > stop:
-                raise SpecError(name, text, f"range {a_text}-{b_text} is reversed")
-        else:
-            start = _parse_value(body, index)
-            _check_range(start, index)
-            stop = hi if has_step else start
-        values.update(range(start, stop + 1, step))
+        values.update(_parse_item(item, text, index))
     if index == 4 and 7 in values:
         values.discard(7)
         values.add(0)
@@ -180,21 +190,20 @@ class CronExpr:
         )
 
     def next_local(self, after: LocalMinute) -> LocalMinute | None:
-        """The first matching wall-clock minute strictly after ``after``; None past year 9999."""
+        """The first matching wall-clock minute strictly after ``after``; None past year 9999.
+
+        Hot (every fire-time computation walks here). Overflow needs no branches of
+        its own: the next-value tables have one extra entry (minute 60, hour 24,
+        month 13) that reads "none left", which carries into the next unit.
+        """
         y, mo, d, h, mi = after
         mi += 1
-        if mi == 60:
-            mi = 0
-            h += 1
-            if h == 24:
-                h = 0
-                d += 1
         nmin, nhour, nday, nmonth = self._nmin, self._nhour, self._nday, self._nmonth
         days_only = self._days_only
         while True:
             if y > MAX_YEAR:
                 return None
-            m2 = nmonth[mo] if mo <= 12 else -1
+            m2 = nmonth[mo]
             if m2 != mo:
                 if m2 == -1:
                     y += 1
@@ -203,12 +212,8 @@ class CronExpr:
                     mo = m2
                 d, h, mi = 1, 0, 0
                 continue
-            dim = calendar.monthrange(y, mo)[1] if mo == 2 else _MAX_DAYS[mo]
-            if d > dim:
-                mo += 1
-                if mo == 13:
-                    y += 1
-                    mo = 1
+            if d > (calendar.monthrange(y, mo)[1] if mo == 2 else _MAX_DAYS[mo]):
+                mo += 1  # 13 carries into the next year above
                 d, h, mi = 1, 0, 0
                 continue
             if days_only:
@@ -221,7 +226,7 @@ class CronExpr:
                 d += 1
                 h, mi = 0, 0
                 continue
-            h2 = nhour[h] if h <= 23 else -1
+            h2 = nhour[h]
             if h2 != h:
                 if h2 == -1:
                     d += 1
@@ -288,10 +293,10 @@ def parse_cron(expression: str) -> CronExpr:
         weekdays=weekdays,
         dom_star=dom_star,
         dow_star=dow_star,
-        _nmin=_next_table(minutes, 59),
-        _nhour=_next_table(hours, 23),
+        _nmin=_next_table(minutes, 60),  # one past the field's max: the carry entry
+        _nhour=_next_table(hours, 24),
         _nday=_next_table(days, 31),
-        _nmonth=_next_table(months, 12),
+        _nmonth=_next_table(months, 13),
         _dom_bits=dom_bits,
         _dow_bits=dow_bits,
         _days_only=len(weekdays) == 7 and (dom_star or dow_star),

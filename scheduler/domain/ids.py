@@ -18,11 +18,12 @@ changes every id, so each carries a version in its ``person`` tag.
 
 A key-less create gets :func:`new_schedule_id` -- 128 random bits, same shape.
 
-``available_at(occurrence_id, scheduled_for_epoch, window_minutes)``: strict
-(window 0) → ``scheduled_for``; flexible → ``scheduled_for + J`` with
-``J = u64be(blake2b(digest_size=8, person=b"ksched.jit.v1", ascii(occurrence_id)))
-mod (window_minutes * 60)``: uniform over ``[0, window)`` seconds (bias below
-2^-40), never before nominal, identical on every replay.
+``jitter_within_s(occurrence_id, w)``: the deterministic jitter over a window
+of ``w`` seconds, ``u64be(blake2b(digest_size=8, person=b"ksched.jit.v1",
+ascii(occurrence_id))) mod w``: uniform over ``[0, w)`` (bias below 2^-40),
+identical on every replay; 0 when ``w <= 0``. Which ``w`` applies -- the
+schedule's window, capped at the gap to its next fire -- and hence the
+occurrence's ``available_at``, is defined once in :mod:`scheduler.domain.fire`.
 """
 
 from __future__ import annotations
@@ -70,24 +71,16 @@ def occurrence_id(schedule_id: str, version: int, scheduled_for: _dt.datetime | 
     return blake2b(data, digest_size=16, person=_OCC).hexdigest()
 
 
-def jitter_s(occurrence_id: str, window_minutes: int) -> int:
-    """Deterministic offset in ``[0, window_minutes * 60)`` seconds (0 for a strict window)."""
-    if window_minutes < 0:
-        raise ValueError("window_minutes must be >= 0")
-    return jitter_within_s(occurrence_id, window_minutes * 60)
-
-
 def jitter_within_s(occurrence_id: str, window_s: int) -> int:
-    """The same deterministic offset over a window in seconds: ``[0, window_s)``; 0 if ``window_s <= 0``."""
+    """Deterministic offset of ``occurrence_id`` in ``[0, window_s)`` seconds; 0 if ``window_s <= 0``.
+
+    The hash only: callers want :func:`scheduler.domain.fire.available_at`, which
+    chooses the window (capped at the gap to the next fire).
+    """
     if window_s <= 0:
         return 0
     h = blake2b(occurrence_id.encode("ascii"), digest_size=8, person=_JIT).digest()
     return int.from_bytes(h, "big") % window_s
-
-
-def available_at(occurrence_id: str, scheduled_for_epoch: int, window_minutes: int) -> int:
-    """When the occurrence may be dispatched (epoch s): nominal + deterministic jitter."""
-    return scheduled_for_epoch + jitter_s(occurrence_id, window_minutes)
 
 
 def schedule_id_for(tenant: str, idempotency_key: str | None) -> str:
