@@ -22,9 +22,9 @@ from __future__ import annotations
 from scheduler.domain import ScheduleSpec
 from scheduler.processor import commands, rearm, tick
 from scheduler.processor.outputs import CommandOutcome, TickOutput
-from scheduler.processor.store import ScheduleRuntimeView, ShardStore, jittered
+from scheduler.processor.store import ScheduleRuntimeView, ShardStore
 
-__all__ = ["CommandOutcome", "ScheduleRuntimeView", "Shard", "TickOutput", "jittered"]
+__all__ = ["CommandOutcome", "ScheduleRuntimeView", "Shard", "TickOutput"]
 
 
 class Shard(ShardStore):

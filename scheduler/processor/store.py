@@ -22,8 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from scheduler.domain import occurrence_id
-from scheduler.domain.ids import jitter_within_s
+from scheduler.domain import available_at
 from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.lifecycle import attempt_event
@@ -33,19 +32,6 @@ from scheduler.processor.recent import Applied, recent_requests
 from scheduler.tenants import Tenant
 
 _CATCH_UP = int(Lane.CATCH_UP)
-
-
-def jittered(oid: str, scheduled_for: int, window_s: int, next_for: int | None) -> int:
-    """``available_at`` of an occurrence (DESIGN.md §1, refined).
-
-    ``scheduled_for + H(oid) mod w`` with ``w = min(window, next_for - scheduled_for)``:
-    capping the window at the gap to the next fire keeps one schedule's
-    occurrences in order, so a cursor over ``available_at`` never skips one.
-    Uncapped it equals :func:`scheduler.domain.available_at`. Never earlier than
-    nominal; a 0 window is strict.
-    """
-    w = window_s if next_for is None else min(window_s, next_for - scheduled_for)
-    return scheduled_for + jitter_within_s(oid, w)
 
 
 @dataclass(slots=True)
@@ -125,17 +111,11 @@ class ShardStore:
         return min((c[0] for c in cm.values()), default=self.ticked_at)
 
     # -- arming -----------------------------------------------------------------
-    def occurrence_at(self, e: Entry, f: int) -> tuple[str, int, int | None]:
-        """``(occurrence_id, available_at, next fire or None)`` of ``e``'s occurrence at ``f``."""
-        oid = occurrence_id(e.schedule_id, e.version, f)
-        nxt = e.compiled.next_after_epoch(f) if e.policy.window_s else None
-        return oid, jittered(oid, f, e.policy.window_s, nxt), nxt
-
     def available(self, e: Entry, f: int) -> int:
-        """``available_at`` of ``e``'s occurrence at ``f``; a strict one needs no occurrence id."""
-        if not e.policy.window_s:
-            return f
-        return self.occurrence_at(e, f)[1]
+        """``available_at`` of ``e``'s occurrence at ``f`` (:func:`scheduler.domain.available_at`);
+        the strict test is repeated here only to save a call per strict fire (the burst path)."""
+        window_s = e.policy.window_s
+        return available_at(e.compiled, e.schedule_id, e.version, f, window_s) if window_s else f
 
     def arm_from(self, e: Entry, after: int) -> bool:
         """Arm ``e`` at its first occurrence with ``scheduled_for > after`` that is past its lane cursor.

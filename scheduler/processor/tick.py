@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from scheduler.domain.fire import fire_at
 from scheduler.processor.lanes import LaneQueue
 from scheduler.processor.model import ACTIVE, Entry, Event, Lane, Occurrence
 from scheduler.processor.outputs import TickOutput
@@ -164,10 +165,10 @@ def misfire(store: ShardStore, e: Entry, f: int, now: int, out: TickOutput) -> i
     late: list[tuple[str, int, int]] = []
     cur: int | None = f
     while cur is not None and len(late) < MISFIRE_SCAN_LIMIT:
-        oid, avail, _ = store.occurrence_at(e, cur)
-        if now - avail <= pol.max_lateness_s:
+        fire = fire_at(e.compiled, e.schedule_id, e.version, cur, pol.window_s)
+        if now - fire.available_at <= pol.max_lateness_s:
             break
-        late.append((oid, cur, avail))
+        late.append((fire.occurrence_id, cur, fire.available_at))
         cur = e.compiled.next_after_epoch(cur)
     keep = {"FIRE_ONCE": 1, "CATCH_UP": max(0, pol.catch_up_limit)}.get(pol.misfire, 0)
     cut = len(late) - min(keep, len(late))
