@@ -112,3 +112,27 @@ def test_reject_codes_cover_the_codes_the_schema_documents() -> None:
 def test_the_vocabulary_imports_nothing_from_scheduler() -> None:
     source = Path(v.__file__).read_text(encoding="utf-8")
     assert not re.search(r"^\s*(from|import) scheduler", source, re.M)
+
+
+def test_spec_and_records_take_the_enums_and_keep_the_plain_symbols() -> None:
+    from scheduler.domain.spec import ScheduleSpec
+    from scheduler.records import Schedule, ScheduleSpecRecord, decode, encode
+
+    by_enum = ScheduleSpec(
+        kind=v.ScheduleKind.CRON, cron="* * * * *", timezone="UTC", handler="h",
+        nonexistent=v.Nonexistent.SHIFT, repeated=v.Repeated.ALL, misfire=v.Misfire.CATCH_UP,
+        catch_up_limit=2, overlap=v.Overlap.QUEUE_ONE,
+    )
+    by_str = ScheduleSpec(
+        kind="cron", cron="* * * * *", timezone="UTC", handler="h", nonexistent="shift", repeated="all",
+        misfire="CATCH_UP", catch_up_limit=2, overlap="QUEUE_ONE",
+    )
+    assert by_enum == by_str and repr(by_enum) == repr(by_str) and hash(by_enum) == hash(by_str)
+    assert all(type(x) is str for x in (by_enum.kind, by_enum.misfire, by_enum.to_dict()["overlap"]))
+    rec = Schedule(
+        tenant="t", schedule_id="s", version=1, state=v.ScheduleState.PAUSED,
+        spec=ScheduleSpecRecord.from_domain(by_enum), created_at_ms=0, updated_at_ms=0, effective_from_ms=0,
+    )
+    back = decode(encode(rec), Schedule)
+    assert back == rec and back.state == "PAUSED" and type(back.state) is str
+    assert back.spec.to_domain() == by_str
