@@ -47,7 +47,10 @@ class SpecField:
 
     @property
     def cli_dest(self) -> str:
-        return self.dest or self.name
+        """The argparse attribute the flag's value lands in (``--max-runs`` -> ``max_runs``)."""
+        if self.flag is None:
+            raise ValueError(f"spec field {self.name} has no CLI flag")
+        return self.dest or self.flag.removeprefix("--").replace("-", "_")
 
     @property
     def cli_type(self) -> type[int] | type[float] | None:
