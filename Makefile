@@ -62,7 +62,8 @@ kafka-down: install ## stop the local Kafka broker
 kafka-status: install ## show the local Kafka broker's status
 	$(KSCHED) kafka status
 
-schemas-check: install ## fail if a schema change would break a reader of the previous version
+schemas-check: install ## fail if records/_generated.py is stale or a schema change breaks an older reader
+	$(BIN)/python -m scheduler.records.generate --check
 	$(BIN)/python -m scheduler.records.compat
 
 clean: ## remove the venv and caches (not the Kafka jar cache)

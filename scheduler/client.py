@@ -48,6 +48,7 @@ from scheduler.records import (
 )
 from scheduler.settings import Settings, load_settings
 from scheduler.topology import topic_name
+from scheduler.vocabulary import CommandKind, CommandStatus
 
 GENERATED_KEY_PREFIX = "sdk-"
 
@@ -158,7 +159,7 @@ class SchedulerClient:
         key = check_key(key) if key is not None else GENERATED_KEY_PREFIX + uuid.uuid4().hex
         compile_spec(spec)  # validation errors surface before anything is published
         sid = schedule_id_for(tenant, key)
-        return self._send(tenant, sid, "CREATE", spec=spec, key=key)
+        return self._send(tenant, sid, CommandKind.CREATE, spec=spec, key=key)
 
     def get(self, tenant: str, schedule_id: str) -> Schedule | None:
         """The current ``Schedule`` record of ``schedule_id``, or None if ``tenant`` has no such schedule.
@@ -179,7 +180,9 @@ class SchedulerClient:
         """
         check_tenant(tenant)
         compile_spec(spec)
-        return self._send(tenant, schedule_id, "UPDATE", spec=spec, expected_version=expected_version)
+        return self._send(
+            tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=expected_version
+        )
 
     def patch(
         self, tenant: str, schedule_id: str, *, expected_version: int | None = None, **changes: Any
@@ -200,16 +203,16 @@ class SchedulerClient:
         spec = current.spec.to_domain().patched(**changes)
         compile_spec(spec)
         version = current.version if expected_version is None else expected_version
-        return self._send(tenant, schedule_id, "UPDATE", spec=spec, expected_version=version)
+        return self._send(tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=version)
 
     def pause(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self._send(tenant, schedule_id, "PAUSE", expected_version=expected_version)
+        return self._send(tenant, schedule_id, CommandKind.PAUSE, expected_version=expected_version)
 
     def resume(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self._send(tenant, schedule_id, "RESUME", expected_version=expected_version)
+        return self._send(tenant, schedule_id, CommandKind.RESUME, expected_version=expected_version)
 
     def cancel(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self._send(tenant, schedule_id, "CANCEL", expected_version=expected_version)
+        return self._send(tenant, schedule_id, CommandKind.CANCEL, expected_version=expected_version)
 
     def publish(self, command: ScheduleCommand, *, wait: bool = True) -> CommandResult | None:
         """Publish a raw command (keyed by schedule id); optionally await its result.
@@ -257,7 +260,7 @@ class SchedulerClient:
         self,
         tenant: str,
         sid: str,
-        kind: str,
+        kind: CommandKind,
         *,
         spec: ScheduleSpec | None = None,
         key: str | None = None,
@@ -271,7 +274,7 @@ class SchedulerClient:
             tenant=tenant,
             schedule_id=sid,
             idempotency_key=key,
-            kind=kind,  # type: ignore[arg-type]
+            kind=kind,
             expected_version=expected_version,
             spec=ScheduleSpecRecord.from_domain(spec) if spec is not None else None,
             issued_at_ms=int(time.time() * 1000),
@@ -280,7 +283,7 @@ class SchedulerClient:
 
     @staticmethod
     def _accepted(pending: PendingRequest, res: CommandResult) -> Accepted:
-        if res.status != "ACCEPTED":
+        if res.status != CommandStatus.ACCEPTED:
             raise CommandRejected(res)
         return Accepted(pending.schedule_id, res.version or 0, pending.request_id)
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.cli import UsageError
+from scheduler.spec_fields import CLEARABLE, SPEC_FIELDS
+from scheduler.vocabulary import CommandStatus, ScheduleKind
 
 if TYPE_CHECKING:
     from scheduler.client import SchedulerClient
@@ -20,40 +22,23 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-# CLI flag -> spec field, for every field except ``kind`` (implied by --cron / --at).
-SPEC_FLAGS: dict[str, str] = {
-    "cron": "cron", "at": "at", "tz": "timezone", "start": "start", "end": "end", "max_runs": "max_runs",
-    "nonexistent": "nonexistent", "repeated": "repeated", "window_minutes": "window_minutes",
-    "misfire": "misfire", "catch_up_limit": "catch_up_limit", "max_lateness_s": "max_lateness_s",
-    "overlap": "overlap", "retry_max_attempts": "retry_max_attempts",
-    "retry_backoff_base_s": "retry_backoff_base_s", "retry_backoff_cap_s": "retry_backoff_cap_s",
-    "retry_deadline_s": "retry_deadline_s", "job_handler": "handler", "payload": "payload",
-}
-CLEARABLE = ("start", "end", "max_runs", "retry_deadline_s", "payload")
+# CLI flag (argparse dest) -> spec field, for every field except ``kind`` (implied by --cron / --at).
+SPEC_FLAGS: dict[str, str] = {f.cli_dest: f.name for f in SPEC_FIELDS if f.flag is not None}
+_FLAG_OF: dict[str, str] = {f.name: f.flag for f in SPEC_FIELDS if f.flag is not None}
 
 
 def _spec_flags(c: argparse.ArgumentParser, *, create: bool) -> None:
-    """Every spec field as a flag; unset flags stay None (create: spec default, update: kept)."""
+    """Every spec field as a flag (``scheduler.spec_fields``); unset flags stay None (create: spec
+    default, update: kept). On create, one of --cron/--at and every required field must be given."""
     g = c.add_mutually_exclusive_group(required=create)
-    g.add_argument("--cron", help="5-field cron expression or @macro")
-    g.add_argument("--at", help="one-time local ISO datetime, e.g. 2026-11-01T01:30")
-    c.add_argument("--tz", required=create, help="IANA zone, e.g. Europe/Berlin")
-    c.add_argument("--start", help="ISO datetime with offset: no fire time before it")
-    c.add_argument("--end", help="ISO datetime with offset: no fire time after it")
-    c.add_argument("--max-runs", type=int, help="at most this many runs from --start")
-    c.add_argument("--nonexistent", choices=["skip", "shift"], help="spring-forward gap (default skip)")
-    c.add_argument("--repeated", choices=["once", "all"], help="fall-back repeat (default once)")
-    c.add_argument("--handler", dest="job_handler", required=create, help="the handler name workers run")
-    c.add_argument("--payload", help="payload text (at most 256 KiB)")
-    c.add_argument("--window-minutes", type=int, help="flexible window (default 0: strict)")
-    c.add_argument("--misfire", choices=["SKIP", "FIRE_ONCE", "CATCH_UP"], help="default FIRE_ONCE")
-    c.add_argument("--catch-up-limit", type=int)
-    c.add_argument("--overlap", choices=["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"], help="default ALLOW")
-    c.add_argument("--max-lateness-s", type=int, help="later than this counts as a misfire (default 60)")
-    c.add_argument("--retry-max-attempts", type=int, help="attempts in total (default 3)")
-    c.add_argument("--retry-backoff-base-s", type=float, help="default 1.0")
-    c.add_argument("--retry-backoff-cap-s", type=float, help="default 300.0")
-    c.add_argument("--retry-deadline-s", type=int, help="no retry later than this after the scheduled time")
+    # The flags a create needs come first in --help, the rest in spec field order.
+    for f in sorted(SPEC_FIELDS, key=lambda f: not (f.timing or f.required)):
+        if f.flag is None:
+            continue
+        kw: dict[str, Any] = {"type": f.cli_type} if f.cli_type is not None else {}
+        (g if f.timing else c).add_argument(
+            f.flag, dest=f.cli_dest, choices=f.cli_choices, required=create and f.required, help=f.help, **kw
+        )
 
 
 def register(sub: Any) -> None:
@@ -99,7 +84,7 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
     }
     for field in getattr(args, "clear", []):
         if field in out:
-            raise UsageError(f"--clear {field}: the same command also sets --{field.replace('_', '-')}")
+            raise UsageError(f"--clear {field}: the same command also sets {_FLAG_OF[field]}")
         out[field] = None
     return out
 
@@ -118,7 +103,8 @@ def _spec(args: argparse.Namespace) -> ScheduleSpec:
     from scheduler.domain import ScheduleSpec, compile_spec
 
     def build() -> ScheduleSpec:
-        spec = ScheduleSpec.from_dict({"kind": "cron" if args.cron is not None else "once", **_changes(args)})
+        kind = ScheduleKind.CRON if args.cron is not None else ScheduleKind.ONCE
+        spec = ScheduleSpec.from_dict({"kind": kind, **_changes(args)})
         compile_spec(spec)
         return spec
 
@@ -145,7 +131,8 @@ def _call(fn: Callable[[], Any]) -> int:
     except (TimeoutError, PublishError, ScheduleNotFound, KafkaException, LookupError) as exc:
         print(f"ksched: error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps({"schedule_id": acc.schedule_id, "version": acc.version, "status": "ACCEPTED"}))
+    print(json.dumps({"schedule_id": acc.schedule_id, "version": acc.version,
+                      "status": CommandStatus.ACCEPTED.value}))
     return 0
 
 

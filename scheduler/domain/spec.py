@@ -7,6 +7,10 @@ zone, nonexistent one-time ``at``) happen in
 :func:`scheduler.domain.compiled.compile_spec`, which :meth:`ScheduleSpec.validate`
 calls. Every problem is a :class:`SpecError` naming the field.
 
+The enum fields take a :mod:`scheduler.vocabulary` member (``Misfire.CATCH_UP``)
+or its plain symbol (``"CATCH_UP"``) and keep the plain symbol, so specs built
+either way are equal, hash, print and pickle alike.
+
 ``to_dict`` gives plain Python values with the enum fields as the plain strings
 of the contract (``"cron"``, ``"skip"``, ``"FIRE_ONCE"``...), ``start``/``end``
 as aware UTC ``datetime`` (what Avro ``timestamp-*`` logical types take) and
@@ -26,7 +30,7 @@ import dataclasses
 import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any
 
 from scheduler.domain.bounds import (
     MAX_AT_LEN,
@@ -41,22 +45,28 @@ from scheduler.domain.bounds import (
     check_payload,
 )
 from scheduler.domain.errors import SpecError
+from scheduler.spec_fields import CHOICES, REQUIRED
+from scheduler.vocabulary import (
+    Misfire,
+    MisfireSymbol,
+    Nonexistent,
+    NonexistentSymbol,
+    Overlap,
+    OverlapSymbol,
+    Repeated,
+    RepeatedSymbol,
+    ScheduleKind,
+    ScheduleKindSymbol,
+)
 
-Kind = Literal["cron", "once"]
-Nonexistent = Literal["skip", "shift"]
-Repeated = Literal["once", "all"]
-Misfire = Literal["SKIP", "FIRE_ONCE", "CATCH_UP"]
-Overlap = Literal["ALLOW", "SKIP_IF_RUNNING", "QUEUE_ONE"]
+Kind = ScheduleKind  # the name this module used before the vocabulary
+
+__all__ = [
+    "MAX_WINDOW_MINUTES", "Kind", "Misfire", "Nonexistent", "Overlap", "Repeated", "ScheduleKind",
+    "ScheduleSpec",
+]
 
 MAX_WINDOW_MINUTES = int(NUMERIC["window_minutes"].hi)
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "kind": get_args(Kind),
-    "nonexistent": get_args(Nonexistent),
-    "repeated": get_args(Repeated),
-    "misfire": get_args(Misfire),
-    "overlap": get_args(Overlap),
-}
 
 
 def _is_int(v: object) -> bool:
@@ -82,20 +92,20 @@ def _utc(name: str, v: object) -> _dt.datetime | None:
 class ScheduleSpec:
     """What a schedule is: timing, DST options, policies and target."""
 
-    kind: Kind
+    kind: ScheduleKind | ScheduleKindSymbol
     cron: str | None = None
     at: str | None = None
     timezone: str
     start: _dt.datetime | None = None
     end: _dt.datetime | None = None
     max_runs: int | None = None
-    nonexistent: Nonexistent = "skip"
-    repeated: Repeated = "once"
+    nonexistent: Nonexistent | NonexistentSymbol = "skip"
+    repeated: Repeated | RepeatedSymbol = "once"
     window_minutes: int = 0
-    misfire: Misfire = "FIRE_ONCE"
+    misfire: Misfire | MisfireSymbol = "FIRE_ONCE"
     catch_up_limit: int = 0
     max_lateness_s: int = 60
-    overlap: Overlap = "ALLOW"
+    overlap: Overlap | OverlapSymbol = "ALLOW"
     retry_max_attempts: int = 3
     retry_backoff_base_s: float = 1.0
     retry_backoff_cap_s: float = 300.0
@@ -104,12 +114,26 @@ class ScheduleSpec:
     payload: bytes = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
-        for name, choices in _CHOICES.items():
+        # The checks run in this order (the first problem is the one reported).
+        self._check_choices()
+        self._check_timing()
+        self._check_bounds()
+        self._check_policies()
+        self._check_target()
+
+    def _check_choices(self) -> None:
+        """Each enum field is one of its symbols; a vocabulary enum member is kept as its plain symbol."""
+        for name, choices in CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
                 allowed = ", ".join(repr(c) for c in choices)
                 raise SpecError(name, value, f"{value!r} is not one of {allowed}")
-        if self.kind == "cron":
+            if type(value) is not str:  # e.g. Misfire.CATCH_UP: to_dict, repr and pickles stay plain
+                object.__setattr__(self, name, str(value))
+
+    def _check_timing(self) -> None:
+        """``cron`` for a cron schedule, ``at`` for a one-time one (the other empty); a zone."""
+        if self.kind == ScheduleKind.CRON:
             if not isinstance(self.cron, str) or not self.cron.strip():
                 raise SpecError("cron", self.cron, "is required when kind is 'cron'")
             check_length("cron", self.cron, MAX_CRON_LEN)
@@ -124,6 +148,9 @@ class ScheduleSpec:
         if not isinstance(self.timezone, str) or not self.timezone:
             raise SpecError("timezone", self.timezone, "is required (an IANA zone such as 'UTC')")
         check_length("timezone", self.timezone, MAX_TIMEZONE_LEN)
+
+    def _check_bounds(self) -> None:
+        """``start`` <= ``end``, both normalised to UTC; ``max_runs`` in range."""
         start = _utc("start", self.start)
         end = _utc("end", self.end)
         if start is not None and end is not None and end < start:
@@ -132,9 +159,12 @@ class ScheduleSpec:
         object.__setattr__(self, "end", end)
         if self.max_runs is not None:
             check_int("max_runs", self.max_runs)
+
+    def _check_policies(self) -> None:
+        """Window, misfire, lateness and retry numbers in range; CATCH_UP needs a limit; cap >= base."""
         check_int("window_minutes", self.window_minutes)
         check_int("catch_up_limit", self.catch_up_limit)
-        if self.misfire == "CATCH_UP" and self.catch_up_limit < 1:
+        if self.misfire == Misfire.CATCH_UP and self.catch_up_limit < 1:
             raise SpecError(
                 "catch_up_limit", self.catch_up_limit, "must be >= 1 when misfire is 'CATCH_UP'"
             )
@@ -151,6 +181,9 @@ class ScheduleSpec:
         object.__setattr__(self, "retry_backoff_cap_s", cap)
         if self.retry_deadline_s is not None:
             check_int("retry_deadline_s", self.retry_deadline_s)
+
+    def _check_target(self) -> None:
+        """A handler name; ``payload`` bytes within the limit (a bytearray or memoryview is copied)."""
         if not isinstance(self.handler, str) or not self.handler.strip():
             raise SpecError("handler", self.handler, "is required (a registered handler name)")
         check_length("handler", self.handler, MAX_HANDLER_LEN)
@@ -183,9 +216,9 @@ class ScheduleSpec:
         merged = self.to_dict()
         if "kind" not in changes:
             if changes.get("cron") is not None:
-                merged.update(kind="cron", at=None)
+                merged.update(kind=ScheduleKind.CRON.value, at=None)
             elif changes.get("at") is not None:
-                merged.update(kind="once", cron=None)
+                merged.update(kind=ScheduleKind.ONCE.value, cron=None)
         merged.update(changes)
         return ScheduleSpec.from_dict(merged)
 
@@ -200,7 +233,7 @@ class ScheduleSpec:
         unknown = sorted(set(data) - names)
         if unknown:
             raise SpecError(unknown[0], data[unknown[0]], f"unknown field {unknown[0]!r}")
-        for required in ("kind", "timezone", "handler"):
+        for required in REQUIRED:
             if data.get(required) is None:
                 raise SpecError(required, None, "is required")
         kwargs = dict(data)

@@ -6,42 +6,56 @@
 
 ``decode_command_topic`` decodes a ``ksched.commands`` value into a
 :class:`ScheduleCommand` or an :class:`AttemptReport`, told apart by the
-schema fingerprint. Schema evolution: ``python -m scheduler.records.compat``.
+schema fingerprint. The record classes are generated from the schemas
+(``python -m scheduler.records.generate``); schema evolution:
+``python -m scheduler.records.compat``.
+
+The names below load on first use (PEP 562), not when the package is imported:
+the generator and the compatibility check must run while the generated classes
+are stale, and the codecs refuse to build from stale classes.
 """
 
 from __future__ import annotations
 
-from scheduler.records.codec import (
-    current_schema,
-    decode,
-    decode_command_topic,
-    decode_fields,
-    encode,
-    record_type,
-    schema_header,
-)
-from scheduler.records.errors import RecordDecodeError, RecordEncodeError
-from scheduler.records.types import (
-    TOP_LEVEL,
-    AttemptReport,
-    CommandResult,
-    DlqEntry,
-    FinishedAttempt,
-    LaneCursor,
-    Occurrence,
-    OccurrenceEvent,
-    QueuedOccurrence,
-    Record,
-    RetryTimer,
-    RunningAttempt,
-    Schedule,
-    ScheduleCommand,
-    ScheduleHistoryEntry,
-    ScheduleRuntime,
-    ScheduleSpecRecord,
-    ShardState,
-    VersionRecord,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler.records.codec import (
+        current_schema,
+        decode,
+        decode_command_topic,
+        decode_fields,
+        encode,
+        record_type,
+        schema_header,
+    )
+    from scheduler.records.errors import RecordDecodeError, RecordEncodeError
+    from scheduler.records.types import (
+        TOP_LEVEL,
+        AttemptReport,
+        CommandResult,
+        DlqEntry,
+        FinishedAttempt,
+        LaneCursor,
+        Occurrence,
+        OccurrenceEvent,
+        QueuedOccurrence,
+        Record,
+        RetryTimer,
+        RunningAttempt,
+        Schedule,
+        ScheduleCommand,
+        ScheduleHistoryEntry,
+        ScheduleRuntime,
+        ScheduleSpecRecord,
+        ShardState,
+        VersionRecord,
+    )
+
+_CODEC = ("current_schema", "decode", "decode_command_topic", "decode_fields", "encode", "record_type",
+          "schema_header")
+_ERRORS = ("RecordDecodeError", "RecordEncodeError")
 
 __all__ = [
     "TOP_LEVEL",
@@ -73,3 +87,22 @@ __all__ = [
     "record_type",
     "schema_header",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name (or a submodule) on first use, then keep it as a module global."""
+    if name not in __all__:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    module = "codec" if name in _CODEC else "errors" if name in _ERRORS else "types"
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -86,7 +86,10 @@ def _converters(
     avro_fields = [f["name"] for f in schema["fields"]]
     py_fields = [f.name for f in fields(cls)]
     if avro_fields != py_fields:
-        raise RuntimeError(f"{cls.__name__} fields {py_fields} != schema {name} fields {avro_fields}")
+        raise RuntimeError(
+            f"{cls.__name__} fields {py_fields} != schema {name} fields {avro_fields}"
+            " (stale records/_generated.py? run python -m scheduler.records.generate)"
+        )
     env: dict[str, Any] = {"_cls": cls}
     to_parts: list[str] = []
     from_parts: list[str] = []

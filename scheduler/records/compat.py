@@ -106,42 +106,17 @@ class _Checker:
         return rk == wk or (wk, rk) in _PROMOTIONS
 
     def check(self, r: Json, w: Json, path: str) -> None:
+        """Record in ``problems`` why data written as ``w`` cannot be read as ``r`` (at ``path``)."""
         r, w = self.resolve(r, self.rdefs), self.resolve(w, self.wdefs)
         rk, wk = _kind(r), _kind(w)
         if wk == "union":
-            for branch in w:
-                b = self.resolve(branch, self.wdefs)
-                if rk != "union" and not self.matches(r, b):
-                    self.problems.append(
-                        f"{path}: writer union branch {_label(b)} cannot be read as {_label(r)}"
-                    )
-                else:
-                    self.check(r, b, path)
-            return
-        if rk == "union":
-            for branch in r:
-                if self.matches(self.resolve(branch, self.rdefs), w):
-                    self.check(branch, w, path)
-                    return
-            self.problems.append(f"{path}: writer type {_label(w)} is not in the reader's union")
-            return
-        if not self.matches(r, w):
+            self._writer_union(r, rk, w, path)
+        elif rk == "union":
+            self._reader_union(r, w, path)
+        elif not self.matches(r, w):
             self.problems.append(f"{path}: type changed from {_label(w)} to {_label(r)}")
-            return
-        if rk in ("record", "error"):
-            key = (id(r), id(w))
-            if key in self.active:
-                return
-            self.active.add(key)
-            wfields = {f["name"]: f for f in w["fields"]}
-            for f in r["fields"]:
-                if f["name"] in wfields:
-                    self.check(f["type"], wfields[f["name"]]["type"], f"{path}.{f['name']}")
-                elif "default" not in f:
-                    self.problems.append(
-                        f"{path}.{f['name']}: field missing from the written data and has no default"
-                    )
-            self.active.discard(key)
+        elif rk in ("record", "error"):
+            self._record(r, w, path)
         elif rk == "enum":
             missing = [s for s in w["symbols"] if s not in r["symbols"]]
             if missing and "default" not in r:
@@ -155,6 +130,38 @@ class _Checker:
             self.check(r["items"], w["items"], f"{path}[]")
         elif rk == "map":
             self.check(r["values"], w["values"], f"{path}{{}}")
+
+    def _writer_union(self, r: Json, rk: str, w: Json, path: str) -> None:
+        # Every branch the writer may have chosen must be readable.
+        for branch in w:
+            b = self.resolve(branch, self.wdefs)
+            if rk != "union" and not self.matches(r, b):
+                self.problems.append(f"{path}: writer union branch {_label(b)} cannot be read as {_label(r)}")
+            else:
+                self.check(r, b, path)
+
+    def _reader_union(self, r: Json, w: Json, path: str) -> None:
+        # The first reader branch that matches the writer's type is the one used.
+        for branch in r:
+            if self.matches(self.resolve(branch, self.rdefs), w):
+                self.check(branch, w, path)
+                return
+        self.problems.append(f"{path}: writer type {_label(w)} is not in the reader's union")
+
+    def _record(self, r: Json, w: Json, path: str) -> None:
+        key = (id(r), id(w))
+        if key in self.active:
+            return  # a recursive type: this pair is already being checked further up
+        self.active.add(key)
+        wfields = {f["name"]: f for f in w["fields"]}
+        for f in r["fields"]:
+            if f["name"] in wfields:
+                self.check(f["type"], wfields[f["name"]]["type"], f"{path}.{f['name']}")
+            elif "default" not in f:
+                self.problems.append(
+                    f"{path}.{f['name']}: field missing from the written data and has no default"
+                )
+        self.active.discard(key)
 
 
 def compatibility_problems(reader: Json, writer: Json) -> list[str]:

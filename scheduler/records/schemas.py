@@ -98,47 +98,58 @@ def load_definitions(folder: Path | None = None) -> tuple[dict[str, Json], dict[
 
 def expand(schema: Json, defs: dict[str, Json]) -> Json:
     """Self-contained copy of ``schema``: named types defined at first use, full names throughout."""
-    seen: set[str] = set()
+    return _Expander(defs).go(schema, None)
 
-    def go(s: Json, namespace: str | None) -> Json:
+
+class _Expander:
+    """One expansion: remembers the named types already defined (later uses are by full name)."""
+
+    def __init__(self, defs: dict[str, Json]) -> None:
+        self.defs = defs
+        self.seen: set[str] = set()
+
+    def go(self, s: Json, namespace: str | None) -> Json:
         if isinstance(s, str):
-            if s in PRIMITIVES:
-                return s
-            full = fullname(s, namespace)
-            if full not in defs and s in defs:
-                full = s
-            if full in seen:
-                return full
-            if full not in defs:
-                raise ValueError(f"unknown named type {s!r} (looked for {full})")
-            return go(defs[full], full.rpartition(".")[0] or None)
+            return s if s in PRIMITIVES else self._reference(s, namespace)
         if isinstance(s, list):
-            return [go(b, namespace) for b in s]
+            return [self.go(b, namespace) for b in s]
         if not isinstance(s, dict):
             raise ValueError(f"not a schema: {s!r}")
         kind = s.get("type")
         if kind in NAMED:
-            full = fullname(s["name"], s.get("namespace", namespace))
-            if full in seen:
-                return full
-            seen.add(full)
-            out = {k: copy.deepcopy(v) for k, v in s.items() if k not in ("name", "namespace", "fields")}
-            out["name"] = full
-            if kind in ("record", "error"):
-                ns = full.rpartition(".")[0] or None
-                out["fields"] = [{**copy.deepcopy(f), "type": go(f["type"], ns)} for f in s["fields"]]
-            return out
+            return self._definition(s, kind, namespace)
         if kind == "array":
-            return {**s, "items": go(s["items"], namespace)}
+            return {**s, "items": self.go(s["items"], namespace)}
         if kind == "map":
-            return {**s, "values": go(s["values"], namespace)}
+            return {**s, "values": self.go(s["values"], namespace)}
         if isinstance(kind, str) and kind in PRIMITIVES:
             return dict(s)
         if isinstance(kind, str | list | dict):
-            return go(kind, namespace)
+            return self.go(kind, namespace)
         raise ValueError(f"not a schema: {s!r}")
 
-    return go(schema, None)
+    def _reference(self, s: str, namespace: str | None) -> Json:
+        """A named type used by name: its definition at the first use, its full name after."""
+        full = fullname(s, namespace)
+        if full not in self.defs and s in self.defs:
+            full = s
+        if full in self.seen:
+            return full
+        if full not in self.defs:
+            raise ValueError(f"unknown named type {s!r} (looked for {full})")
+        return self.go(self.defs[full], full.rpartition(".")[0] or None)
+
+    def _definition(self, s: dict[str, Json], kind: str, namespace: str | None) -> Json:
+        full = fullname(s["name"], s.get("namespace", namespace))
+        if full in self.seen:
+            return full
+        self.seen.add(full)
+        out = {k: copy.deepcopy(v) for k, v in s.items() if k not in ("name", "namespace", "fields")}
+        out["name"] = full
+        if kind in ("record", "error"):
+            ns = full.rpartition(".")[0] or None
+            out["fields"] = [{**copy.deepcopy(f), "type": self.go(f["type"], ns)} for f in s["fields"]]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message
 
 from scheduler.records import Occurrence
+from scheduler.vocabulary import AttemptReportKind
 from scheduler.worker.handlers import (
     SUCCEEDED,
     UNKNOWN_HANDLER_CLASS,
@@ -207,10 +208,10 @@ class Executor:
             log.warning("no handler %r for %s (known: %s)", occ.handler, occ.occurrence_id,
                         ", ".join(sorted(self._handlers)) or "none")
             return Outcome(
-                kind="FAILED", retryable=True, error_class=UNKNOWN_HANDLER_CLASS,
+                kind=AttemptReportKind.FAILED.value, retryable=True, error_class=UNKNOWN_HANDLER_CLASS,
                 error_message=f"no handler named {occ.handler!r} on worker {self._reporter.worker_id}",
             )
-        self._reporter.send(occ.schedule_id, self._reporter.build(occ, ctx.token, "STARTED"))
+        self._reporter.send(occ.schedule_id, self._reporter.build(occ, ctx.token, AttemptReportKind.STARTED))
         self._beats.add(occ, ctx.token)
         started = time.monotonic()
         self._metrics.lag_seconds.labels(tenant=occ.tenant).observe(

@@ -20,12 +20,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-CANCELED_CLASS = "ksched.Canceled"
+from scheduler.vocabulary import AttemptReportKind, AttemptReportKindSymbol, ErrorClass
+
+CANCELED_CLASS: str = ErrorClass.CANCELED.value
 """``error_class`` of a ``FAILED`` report that means the occurrence was CANCELED (not run or
 stopped because its schedule was canceled, paused or superseded). The report kind enum has no
 CANCELED symbol; this is the agreed encoding, mapped to the CANCELED state by the processor."""
 
-UNKNOWN_HANDLER_CLASS = "ksched.UnknownHandler"
+UNKNOWN_HANDLER_CLASS: str = ErrorClass.UNKNOWN_HANDLER.value
 """``error_class`` of a retryable ``FAILED`` report for an occurrence naming a handler this
 worker does not have."""
 
@@ -160,7 +162,7 @@ class Handlers(Mapping[str, Handler]):
 class Outcome:
     """How an attempt ended, as it goes into the final report."""
 
-    kind: str  # SUCCEEDED | FAILED
+    kind: AttemptReportKind | AttemptReportKindSymbol  # SUCCEEDED | FAILED
     retryable: bool | None = None
     error_class: str | None = None
     error_message: str | None = None
@@ -168,7 +170,7 @@ class Outcome:
     @property
     def label(self) -> str:
         """The metrics label: succeeded, retryable, permanent, canceled or unknown_handler."""
-        if self.kind == "SUCCEEDED":
+        if self.kind == AttemptReportKind.SUCCEEDED:
             return "succeeded"
         if self.error_class == CANCELED_CLASS:
             return "canceled"
@@ -177,12 +179,14 @@ class Outcome:
         return "retryable" if self.retryable else "permanent"
 
 
-SUCCEEDED = Outcome(kind="SUCCEEDED")
+SUCCEEDED = Outcome(kind=AttemptReportKind.SUCCEEDED.value)
 MAX_MESSAGE = 1000
 
 
 def canceled(reason: str) -> Outcome:
-    return Outcome(kind="FAILED", retryable=False, error_class=CANCELED_CLASS, error_message=reason)
+    return Outcome(
+        kind=AttemptReportKind.FAILED.value, retryable=False, error_class=CANCELED_CLASS, error_message=reason
+    )
 
 
 def error_class_name(exc: BaseException) -> str:
@@ -196,7 +200,7 @@ def outcome_of(exc: BaseException) -> Outcome:
     if isinstance(exc, Canceled):
         return canceled(str(exc)[:MAX_MESSAGE] or "canceled")
     return Outcome(
-        kind="FAILED",
+        kind=AttemptReportKind.FAILED.value,
         retryable=not isinstance(exc, PermanentError),
         error_class=error_class_name(exc),
         error_message=str(exc)[:MAX_MESSAGE],

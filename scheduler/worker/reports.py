@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message, Producer
 
 from scheduler.records import AttemptReport, Occurrence, encode
+from scheduler.vocabulary import AttemptReportKind, AttemptReportKindSymbol
 from scheduler.worker.handlers import Outcome
 
 log = logging.getLogger("ksched.worker.reports")
@@ -37,7 +38,10 @@ class Reporter:
         self.topic = topic
         self.worker_id = worker_id
 
-    def build(self, occ: Occurrence, token: str, kind: str, outcome: Outcome | None = None) -> bytes:
+    def build(
+        self, occ: Occurrence, token: str, kind: AttemptReportKind | AttemptReportKindSymbol,
+        outcome: Outcome | None = None,
+    ) -> bytes:
         o = outcome or Outcome(kind=kind)
         return encode(
             AttemptReport(
@@ -48,7 +52,7 @@ class Reporter:
                 scheduled_for_ms=occ.scheduled_for_ms,
                 attempt=occ.attempt,
                 token=token,
-                kind=kind,  # type: ignore[arg-type]  # one of AttemptReportKind, checked by encode
+                kind=kind,
                 retryable=o.retryable,
                 error_class=o.error_class,
                 error_message=o.error_message,
@@ -110,7 +114,8 @@ class Heartbeats:
 
     def _beat(self, beat: _Beat) -> None:
         try:
-            self._reporter.send(beat.occ.schedule_id, self._reporter.build(beat.occ, beat.token, "HEARTBEAT"))
+            report = self._reporter.build(beat.occ, beat.token, AttemptReportKind.HEARTBEAT)
+            self._reporter.send(beat.occ.schedule_id, report)
             self.sent += 1
         except Exception as exc:  # a lost heartbeat is not fatal: the next one follows
             log.warning("heartbeat of %s failed: %s", beat.occ.occurrence_id, exc)

@@ -55,11 +55,14 @@ from scheduler.kafka.reader import all_partitions
 from scheduler.records import RecordDecodeError, VersionRecord, decode_fields
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
+from scheduler.vocabulary import ScheduleState
 from scheduler.worker.errors import TopicMissingError
 
 log = logging.getLogger("ksched.worker.view")
 
-BLOCKING_STATES = {"CANCELED": "schedule canceled", "PAUSED": "schedule paused"}
+BLOCKING_STATES: dict[str, str] = {
+    ScheduleState.CANCELED.value: "schedule canceled", ScheduleState.PAUSED.value: "schedule paused",
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
