@@ -29,16 +29,39 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from scheduler.domain.bounds import MAX_EPOCH_S, check_instant, check_int
 from scheduler.domain.cron_rule import RULE_CACHE_SIZE, CronRule, cron_rule
 from scheduler.domain.errors import SpecError
 from scheduler.domain.once import parse_at
 from scheduler.domain.zones import ceil_epoch, load_zone, to_epoch
+from scheduler.vocabulary import Nonexistent, NonexistentSymbol, Repeated, RepeatedSymbol
 
-if TYPE_CHECKING:
-    from scheduler.domain.spec import Nonexistent, Repeated, ScheduleSpec
+
+class Timing(Protocol):
+    """The timing fields of a spec (:class:`scheduler.domain.spec.ScheduleSpec` is one): what
+    compiling reads. A protocol, so that the spec, which validates by compiling, and the
+    compiler do not import each other."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def cron(self) -> str | None: ...
+    @property
+    def at(self) -> str | None: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def start(self) -> _dt.datetime | None: ...
+    @property
+    def end(self) -> _dt.datetime | None: ...
+    @property
+    def max_runs(self) -> int | None: ...
+    @property
+    def nonexistent(self) -> Nonexistent | NonexistentSymbol: ...
+    @property
+    def repeated(self) -> Repeated | RepeatedSymbol: ...
 
 
 class CompiledSpec:
@@ -199,8 +222,8 @@ def _compile(
     start: _dt.datetime | None,
     end: _dt.datetime | None,
     max_runs: int | None,
-    nonexistent: Nonexistent,
-    repeated: Repeated,
+    nonexistent: Nonexistent | NonexistentSymbol,
+    repeated: Repeated | RepeatedSymbol,
 ) -> CompiledSpec:
     load_zone(timezone)
     if start is not None:
@@ -247,8 +270,8 @@ def compile_timing(
     start: _dt.datetime | None = None,
     end: _dt.datetime | None = None,
     max_runs: int | None = None,
-    nonexistent: Nonexistent = "skip",
-    repeated: Repeated = "once",
+    nonexistent: Nonexistent | NonexistentSymbol = "skip",
+    repeated: Repeated | RepeatedSymbol = "once",
 ) -> CompiledSpec:
     """Compile just the timing fields (what ``preview`` needs before a spec exists)."""
     if nonexistent not in ("skip", "shift"):
@@ -258,7 +281,7 @@ def compile_timing(
     return _compile(kind, cron, at, timezone, start, end, max_runs, nonexistent, repeated)
 
 
-def compile_spec(spec: ScheduleSpec) -> CompiledSpec:
+def compile_spec(spec: Timing) -> CompiledSpec:
     """Compile (and intern) the timing of ``spec``; raises :class:`SpecError`."""
     return _compile(
         spec.kind, spec.cron, spec.at, spec.timezone, spec.start, spec.end, spec.max_runs,

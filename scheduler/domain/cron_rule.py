@@ -29,11 +29,14 @@ from typing import TYPE_CHECKING
 
 from scheduler.domain.cron import CronExpr, LocalMinute, parse_cron
 from scheduler.domain.zones import EPOCH_NAIVE, ONE_S, gap_end, load_zone, utc_offset_s
+from scheduler.vocabulary import Nonexistent, NonexistentSymbol, Repeated, RepeatedSymbol
+
+NonexistentOption = Nonexistent | NonexistentSymbol
+RepeatedOption = Repeated | RepeatedSymbol
 
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
 
-    from scheduler.domain.spec import Nonexistent, Repeated
 
 RULE_CACHE_SIZE = 1 << 18
 NEXT_CACHE_SIZE = 4096
@@ -47,12 +50,12 @@ class CronRule:
     expr: CronExpr
     zone_name: str
     zone: ZoneInfo
-    nonexistent: Nonexistent
-    repeated: Repeated
+    nonexistent: NonexistentOption
+    repeated: RepeatedOption
     _memo: dict[int, int | None]
 
     def __init__(
-        self, expr: CronExpr, zone_name: str, nonexistent: Nonexistent, repeated: Repeated
+        self, expr: CronExpr, zone_name: str, nonexistent: NonexistentOption, repeated: RepeatedOption
     ) -> None:
         self.expr = expr
         self.zone_name = zone_name
@@ -141,6 +144,8 @@ class CronRule:
 
 
 @lru_cache(maxsize=RULE_CACHE_SIZE)
-def cron_rule(expression: str, zone: str, nonexistent: Nonexistent, repeated: Repeated) -> CronRule:
+def cron_rule(
+    expression: str, zone: str, nonexistent: NonexistentOption, repeated: RepeatedOption
+) -> CronRule:
     """The interned rule for (expression, zone, DST options)."""
     return CronRule(parse_cron(expression), zone, nonexistent, repeated)
