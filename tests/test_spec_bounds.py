@@ -24,7 +24,7 @@ from scheduler.domain.bounds import (
     check_tenant,
 )
 from scheduler.processor import wire_state
-from scheduler.processor.intake import apply_command
+from scheduler.processor.inbox import apply_command
 from scheduler.processor.shard import Shard
 from scheduler.records import RecordDecodeError, ScheduleCommand, ScheduleSpecRecord, decode, encode
 from scheduler.records.types import Schedule

@@ -7,7 +7,7 @@ A :class:`Checkpoint` has one method per step, and a step cannot run after a lat
    committed, aborted or given up;
 2. produce: what the commands and reports polled for the shard changed (results,
    schedules, history, versions, occurrence events, DLQ records; written by
-   :class:`scheduler.processor.intake.Intake`), then the tick's due output:
+   :class:`scheduler.processor.inbox.Inbox`), then the tick's due output:
    dispatch records to ``ksched.dispatch.<tenant>`` (failpoints ``before_produce``
    and ``after_produce`` around them), occurrence events, DLQ records, completed
    schedules, tombstones of purged ones;

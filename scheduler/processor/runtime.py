@@ -4,7 +4,7 @@ The loop polls the commands topic, then ticks every owned shard, each tick one
 :class:`~scheduler.processor.checkpoint.Checkpoint` (the only commit order, numbered there);
 shards are taken and given up only through :class:`~scheduler.processor.ownership.Ownership`
 (the only ownership path, numbered there). Records are applied by
-:class:`~scheduler.processor.intake.Intake`. This module decides when to poll and tick.
+:class:`~scheduler.processor.inbox.Inbox`. This module decides when to poll and tick.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from scheduler.processor import wire
 from scheduler.processor.checkpoint import Checkpoint, Checkpoints
 from scheduler.processor.failpoints import Failpoint, FailpointHook
 from scheduler.processor.heap import Heap
-from scheduler.processor.intake import Intake
+from scheduler.processor.inbox import Inbox
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.ownership import Loss, OwnedShard, Ownership
 from scheduler.settings import Settings
@@ -60,7 +60,7 @@ class Processor:
         self.ownership = Ownership(
             settings, self.tenants, self.metrics, clock, self.heap, self.checkpoints.assert_none_open
         )
-        self.intake = Intake(self.tenants, self.metrics)
+        self.inbox = Inbox(self.tenants, self.metrics)
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
 
@@ -191,7 +191,7 @@ class Processor:
         try:
             cp.begin()  # 1
             for m in msgs:  # 2. the commands and reports
-                if self.intake.take(owned.shard, cp, m, now):
+                if self.inbox.take(owned.shard, cp, m, now):
                     owned.rebuild = True
             cp.due(owned.shard.due(now, self.tick_budget, clock))  # 2. the occurrences now due
             cp.write_state()  # 3

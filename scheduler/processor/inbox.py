@@ -1,4 +1,4 @@
-"""Step 2 of a tick for the records polled from ``commands[p]``: decode, apply to the shard, answer.
+"""The inbox: step 2 of a tick for the records polled from ``commands[p]``: decode, apply, answer.
 
 A record is a schedule command (answered on the results topic, accepted or REJECTED with the
 reason) or an attempt report (applied to the attempt it names, or ignored and counted).
@@ -89,7 +89,7 @@ def apply_report(shard: Shard, rep: AttemptReport, now: int) -> ReportResult:
     )
 
 
-class Intake:
+class Inbox:
     """Takes the records of ``commands[p]`` into shard p's open checkpoint (step 2)."""
 
     def __init__(self, tenants: dict[str, Tenant], metrics: ProcessorMetrics) -> None:
