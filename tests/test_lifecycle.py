@@ -190,7 +190,7 @@ def test_a_later_misfire_supersedes_a_pending_catch_up_as_missed() -> None:
 def restored(s: Shard) -> Shard:
     """A new owner of ``s``'s shard: its schedule and the runtime state it wrote to ksched.state,
     through the real record codec."""
-    from scheduler.processor import codec
+    from scheduler.processor import wire_state
     from scheduler.processor.model import Entry, spec_parts
 
     r = Shard(0, s.tenants, partitions=1, lease_s=s.lease_s, start_lease_s=s.attempts.start_lease_s)
@@ -200,9 +200,9 @@ def restored(s: Shard) -> Shard:
                           parts=spec_parts(e.spec()), payload=e.payload, effective_from=e.effective_from,
                           idempotency_key=None))
     for sid, view in s.runtime_changes():
-        value = codec.encode_runtime(sid, "a", view, T0)
+        value = wire_state.encode_runtime(sid, "a", view, T0)
         if value is not None:
-            codec.restore_state_record(r, sid.encode(), value)
+            wire_state.restore_state_record(r, sid.encode(), value)
     r.finish_restore()
     return r
 
@@ -231,7 +231,8 @@ def test_a_retried_allow_attempt_survives_a_handover_and_fences_the_older_attemp
 
 
 def test_a_fence_marker_expires_and_is_not_written_back() -> None:
-    from scheduler.processor import codec
+    from scheduler.processor import wire_state
+    from scheduler.records import ScheduleRuntime, decode
 
     s = shard(cron="0 * * * *", retry_backoff_base_s=1.0, retry_backoff_cap_s=1.0)
     tick(s, T0)
@@ -240,8 +241,8 @@ def test_a_fence_marker_expires_and_is_not_written_back() -> None:
     now, _ = until_emitted(s, T0 + 1, T0 + 10, Lane.RETRY)
     report(s, "SUCCEEDED", T0, 2, "t2", now)
     ((sid, view),) = s.runtime_changes()
-    assert codec.encode_runtime(sid, "a", view, now + 86_401) is not None
-    record = codec.decode(codec.encode_runtime(sid, "a", view, now + 86_401) or b"", codec.ScheduleRuntime)
+    assert wire_state.encode_runtime(sid, "a", view, now + 86_401) is not None
+    record = decode(wire_state.encode_runtime(sid, "a", view, now + 86_401) or b"", ScheduleRuntime)
     assert record.finished == ()
 
 

@@ -114,7 +114,7 @@ class Proc:
 
 # A processor that freezes itself (SIGSTOP: every thread, so its heartbeats stop too) the first
 # time a tick that emits dispatch records is about to commit: the transaction is open, its records
-# produced. It stands in for the runtime's crash failpoint (runtime.Failpoint.hit), which exits instead.
+# produced. It stands in for the runtime's crash failpoint (failpoints.Failpoint.hit), which exits instead.
 STOP_MID_TRANSACTION = """
 import logging, os, signal, sys
 from scheduler.processor.runtime import Processor
@@ -722,6 +722,6 @@ def test_strict_occurrence_of_a_second_tenant_is_not_held_behind_a_burst(
     same_shard = [s for s in a if s.partition == mine.partition]
     assert len(same_shard) > budget
     assert len({s.value.enqueued_at_ms for s in same_shard}) > 1
-    # Every shard ticks with one clock value per loop (runtime._loop_once): the strict occurrence
+    # Every shard ticks with one clock value per loop (runtime.Processor._loop_once): the strict occurrence
     # went out in the very first tick that emitted anything.
     assert mine.value.enqueued_at_ms == first_tick, (mine.value.enqueued_at_ms - first_tick, "ms late")

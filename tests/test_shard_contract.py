@@ -274,7 +274,7 @@ def test_a_restored_lane_without_schedules_does_not_hold_the_watermark_back() ->
 
 
 def test_a_restore_mid_throttle_keeps_judging_lateness_where_the_quota_started() -> None:
-    from scheduler.processor import codec
+    from scheduler.processor import wire_state
 
     tenants = {"a": Tenant(name="a", trigger_rate_per_s=10)}
     s = Shard(0, tenants, partitions=1)
@@ -284,7 +284,7 @@ def test_a_restore_mid_throttle_keeps_judging_lateness_where_the_quota_started()
     for e in list(s.entries.values()):
         if e.state == "ACTIVE":
             restored.restore_entry(e)
-    codec.restore_state_record(restored, b"shard:0", codec.encode_shard_state(s, float(T0 + 40)))
+    wire_state.restore_state_record(restored, b"shard:0", wire_state.encode_shard_state(s, float(T0 + 40)))
     restored.finish_restore(T0 + 40)  # a failover (or an aborted tick) 40 s into the backlog
     rest = _run([restored], T0 + 40, 70)
     seen = first + rest

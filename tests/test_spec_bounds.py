@@ -24,9 +24,10 @@ from scheduler.domain.bounds import (
     check_key,
     check_tenant,
 )
-from scheduler.processor import codec
+from scheduler.processor import wire_state
+from scheduler.processor.inbox import apply_command
 from scheduler.processor.shard import Shard
-from scheduler.records import ScheduleCommand, ScheduleSpecRecord, decode, encode
+from scheduler.records import RecordDecodeError, ScheduleCommand, ScheduleSpecRecord, decode, encode
 from scheduler.records.types import Schedule
 from scheduler.tenants import Tenant
 
@@ -192,7 +193,7 @@ def _command(**spec_fields: object) -> ScheduleCommand:
 def test_the_processor_answers_out_of_range_specs_invalid_spec(fields: dict[str, object]) -> None:
     shard = Shard(0, {"a": Tenant(name="a")}, partitions=1)
     cmd = decode(encode(_command(**fields)), ScheduleCommand)  # what the processor decodes
-    out = codec.apply_command(shard, cmd, 1_800_000_000)
+    out = apply_command(shard, cmd, 1_800_000_000)
     assert not out.accepted and out.code == "INVALID_SPEC", out
     assert out.reason is not None and out.reason.split(":")[0] in {k.removesuffix("_ms") for k in fields}
 
@@ -201,5 +202,5 @@ def test_a_stored_out_of_range_schedule_is_skipped_at_restore_not_a_crash() -> N
     rec = Schedule(tenant="a", schedule_id="s", version=1, state="ACTIVE",
                    spec=_command(start_ms=2**62).spec,  # type: ignore[arg-type]
                    created_at_ms=0, updated_at_ms=0, effective_from_ms=0)
-    with pytest.raises(codec.RecordDecodeError, match="start"):
-        codec.decode_schedule_entry(encode(rec))
+    with pytest.raises(RecordDecodeError, match="start"):
+        wire_state.decode_schedule_entry(encode(rec))

@@ -51,16 +51,16 @@ def _pct(sorted_vals: list[float], q: float) -> float:
 def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
     """(key, value) pairs shaped like the burst's dispatch records: random 32-hex ids, a
     32-byte payload, the same tenant/handler and Avro layout."""
-    from scheduler.processor import codec
+    from scheduler.processor import wire
     from scheduler.processor.model import Lane, Occurrence
 
-    stamp = codec.dispatch_stamp(int(time.time() * 1000))
+    stamp = wire.dispatch_stamp(int(time.time() * 1000))
     due = int(time.time())
     out = []
     for _ in range(n):
         sid = uuid.uuid4().hex
         occ = Occurrence(sid, "t0", 1, due, due, Lane.STRICT, "noop", b"x" * 32)
-        out.append((sid.encode(), codec.encode_dispatch(occ, stamp)))
+        out.append((sid.encode(), wire.encode_dispatch(occ, stamp)))
     return out
 
 

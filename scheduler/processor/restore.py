@@ -10,8 +10,9 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from scheduler.kafka.clients import consumer_config
 from scheduler.kafka.reader import read_to_end
-from scheduler.processor import codec
+from scheduler.processor import wire_state
 from scheduler.processor.shard import Shard
+from scheduler.records import RecordDecodeError
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
 
@@ -59,8 +60,8 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
                 shard.restored_runtime.pop((m.key() or b"").decode(), None)
                 return
             try:
-                codec.restore_state_record(shard, m.key(), value)
-            except codec.RecordDecodeError as exc:
+                wire_state.restore_state_record(shard, m.key(), value)
+            except RecordDecodeError as exc:
                 st.undecodable += 1
                 log.error("shard %d: undecodable state record %r skipped: %s", p, m.key(), exc)
             return
@@ -68,8 +69,8 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
             shard.forget((m.key() or b"").decode())
             return
         try:
-            shard.restore_entry(codec.decode_schedule_entry(value))
-        except codec.RecordDecodeError as exc:
+            shard.restore_entry(wire_state.decode_schedule_entry(value))
+        except RecordDecodeError as exc:
             st.undecodable += 1
             log.error("shard %d: undecodable schedule record %r skipped: %s", p, m.key(), exc)
 

@@ -1,10 +1,10 @@
-"""The processor's record glue: ahead-of-time dispatch heads and schedule records round trips."""
+"""The processor's record conversions: ahead-of-time dispatch heads and schedule records round trips."""
 
 from __future__ import annotations
 
 from scheduler.domain import ScheduleSpec, available_at, occurrence_id
 from scheduler.domain.compiled import compile_timing
-from scheduler.processor import codec
+from scheduler.processor import wire, wire_state
 from scheduler.processor.shard import Shard
 from scheduler.records import Occurrence, decode
 from scheduler.tenants import Tenant
@@ -24,15 +24,15 @@ def _loaded() -> Shard:
 
 
 def _emit(s: Shard, now: int) -> list[bytes]:
-    stamp = codec.dispatch_stamp(now * 1000 + 7)
-    return [codec.encode_dispatch(o, stamp) for o in s.due(now, 1000, float(now)).dispatch]
+    stamp = wire.dispatch_stamp(now * 1000 + 7)
+    return [wire.encode_dispatch(o, stamp) for o in s.due(now, 1000, float(now)).dispatch]
 
 
 def test_prepared_heads_give_the_records_encoded_at_firing_time() -> None:
     ahead, late = _loaded(), _loaded()
     batches = []
     while batch := ahead.to_prepare(T0 + 120, 7):  # resumes across calls
-        codec.prepare_heads(batch)
+        wire.prepare_heads(batch)
         batches.append(len(batch))
     assert sum(batches) == 40 and max(batches) == 7
     assert all(e.prepared is not None for e in ahead.entries.values())
@@ -54,7 +54,7 @@ def test_prepared_heads_give_the_records_encoded_at_firing_time() -> None:
 
 def test_an_update_drops_the_prepared_head() -> None:
     s = _loaded()
-    codec.prepare_heads(s.to_prepare(T0 + 120, 100))
+    wire.prepare_heads(s.to_prepare(T0 + 120, 100))
     sp = ScheduleSpec(kind="cron", cron="5 * * * *", timezone="UTC", handler="h2")
     s.apply(kind="UPDATE", request_id="u", tenant="a", schedule_id="s00", idempotency_key=None,
             expected_version=1, spec=sp, issued_at=T0 - 20, now=T0 - 20)
@@ -69,8 +69,8 @@ def test_schedule_record_round_trip_rebuilds_the_spec() -> None:
     s.apply(kind="PAUSE", request_id="p", tenant="a", schedule_id="s03", idempotency_key=None,
             expected_version=None, spec=None, issued_at=T0 - 10, now=T0 - 10)
     e = s.entries["s03"]
-    sched, hist, version = codec.encode_schedule_change(e, "PAUSE", "p", T0 - 10)
-    back = codec.decode_schedule_entry(sched)
+    sched, hist, version = wire_state.encode_schedule_change(e, "PAUSE", "p", T0 - 10)
+    back = wire_state.decode_schedule_entry(sched)
     assert back.spec() == e.spec() and back.spec().payload == b"p3"
     assert (back.state, back.version, back.created_at_ms, back.paused_at_ms) == (
         "PAUSED", 1, (T0 - 30) * 1000, (T0 - 10) * 1000)

@@ -1,78 +1,45 @@
-"""The processor's glue between the shard model and the Avro records (``scheduler.records``)."""
+"""The records a shard is restored from: ``ksched.schedules`` and ``ksched.state``.
+
+Each converter has its inverse here: :func:`encode_schedule_change` / :func:`decode_schedule_entry`
+(a schedule, with its history and versions records), :func:`encode_shard_state` /
+:func:`encode_runtime` / :func:`restore_state_record` (cursors and runtime state). No Kafka here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
-from scheduler.domain import ScheduleSpec, occurrence_id
-from scheduler.processor import lifecycle
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.lifecycle import ReportResult
-from scheduler.processor.model import Entry, Event, Lane, Occurrence, SpecParts, spec_parts
-from scheduler.processor.shard import CommandOutcome, ScheduleRuntimeView, Shard
+from scheduler.processor.model import Entry, Lane, SpecParts, spec_parts
+from scheduler.processor.shard import ScheduleRuntimeView, Shard
+from scheduler.processor.wire import lit
 from scheduler.records import (
-    AttemptReport,
-    CommandResult,
-    DlqEntry,
     FinishedAttempt,
     LaneCursor,
-    OccurrenceEvent,
     QueuedOccurrence,
     RecordDecodeError,
     RetryTimer,
     RunningAttempt,
     Schedule,
-    ScheduleCommand,
     ScheduleHistoryEntry,
     ScheduleRuntime,
     ScheduleSpecRecord,
     ShardState,
     VersionRecord,
     decode,
-    decode_command_topic,
     decode_fields,
     encode,
     record_type,
 )
-from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
-
-__all__ = [
-    "AttemptReport",
-    "RecordDecodeError",
-    "apply_command",
-    "apply_report",
-    "decode_command_topic",
-    "decode_schedule_entry",
-    "dispatch_stamp",
-    "encode_dead_letter",
-    "encode_dispatch",
-    "encode_event",
-    "encode_result",
-    "encode_runtime",
-    "encode_schedule_change",
-    "encode_shard_state",
-    "encode_undecodable_result",
-    "prepare_heads",
-    "restore_state_record",
-    "shard_state_key",
-]
-
-
-MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
-MAX_REASON_CHARS = 2000
-
-
-def _lit(value: str) -> Any:
-    """A state name checked by the shard model, passed where the records want a Literal."""
-    return value
 
 
 def shard_state_key(p: int) -> bytes:
+    """The ``ksched.state`` key of shard ``p``'s cursors record (schedules' runtime records use their id)."""
     return f"shard:{p}".encode()
 
 
 def encode_shard_state(shard: Shard, clock: float) -> bytes:
+    """The shard's cursors (its watermark) and throttled lanes as one ``ShardState`` record."""
     throttled = shard.throttled_map()
     cursors = tuple(
         LaneCursor(
@@ -94,6 +61,8 @@ def encode_shard_state(shard: Shard, clock: float) -> bytes:
 
 
 def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
+    """Load one ``ksched.state`` record into a shard being restored (cursors, or one schedule's
+    runtime state for :meth:`Shard.finish_restore`). Raises RecordDecodeError for another type."""
     cls = record_type(value)
     if cls is ShardState:
         st = decode(value, ShardState)
@@ -128,6 +97,9 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
 
 
+# Keyed by the decoded record's fields, not by the domain spec: building the domain spec to look
+# up model.spec_parts costs ~24 us a schedule (validation), this lookup ~0.7 us, and restore
+# decodes every schedule of the shard. It goes when model.py can look its table up by such a key.
 _PARTS_BY_RECORD: dict[tuple[object, ...], SpecParts] = {}
 
 
@@ -184,47 +156,6 @@ def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now:
     )
 
 
-def encode_dead_letter(a: Attempt, entry: Entry | None, shard: Shard, now: int) -> bytes:
-    """The DLQ record of a dead occurrence (handler and payload of the schedule as it now is)."""
-    avail = shard.available(entry, a.scheduled_for) if entry is not None else a.scheduled_for
-    return encode(
-        DlqEntry(
-            occurrence_id=a.occurrence_id,
-            schedule_id=a.schedule_id,
-            tenant=a.tenant,
-            version=a.version,
-            scheduled_for_ms=a.scheduled_for * 1000,
-            available_at_ms=avail * 1000,
-            lane="STRICT" if entry is None else _LANE_NAMES[entry.lane],  # type: ignore[arg-type]
-            handler="" if entry is None else entry.base.handler,
-            payload=b"" if entry is None else entry.payload,
-            attempts=a.attempt,
-            last_error_class=a.last_error_class,
-            last_error_message=a.last_error_message,
-            dead_at_ms=now * 1000,
-            reason="dead",
-        )
-    )
-
-
-def apply_report(shard: Shard, rep: AttemptReport, now: int) -> ReportResult:
-    return lifecycle.apply_report(
-        shard,
-        kind=rep.kind,
-        oid=rep.occurrence_id,
-        schedule_id=rep.schedule_id,
-        tenant=rep.tenant,
-        version=rep.version,
-        scheduled_for=rep.scheduled_for_ms // 1000,
-        attempt=rep.attempt,
-        token=rep.token,
-        retryable=rep.retryable,
-        error_class=rep.error_class,
-        error_message=rep.error_message,
-        now=now,
-    )
-
-
 def decode_schedule_entry(value: bytes) -> Entry:
     """An entry from its ``ksched.schedules`` record (the hot path of restore: no dataclasses).
 
@@ -255,86 +186,6 @@ def decode_schedule_entry(value: bytes) -> Entry:
     )
 
 
-def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) -> CommandOutcome:
-    """Apply a decoded schedule command to ``shard``. A spec that does not convert (a bound
-    overflowed, a bad value) is answered INVALID_SPEC, never raised."""
-    assert isinstance(cmd, ScheduleCommand)
-    for name, value in (
-        ("request_id", cmd.request_id),
-        ("tenant", cmd.tenant),
-        ("schedule_id", cmd.schedule_id),
-        ("idempotency_key", cmd.idempotency_key),
-    ):
-        if value is not None and len(value) > MAX_ID_CHARS:
-            return CommandOutcome(
-                cmd.request_id[:MAX_ID_CHARS], cmd.tenant[:MAX_ID_CHARS], "", False,
-                code="INVALID_COMMAND", kind=cmd.kind,
-                reason=f"{name} is {len(value)} characters long; the limit is {MAX_ID_CHARS}",
-            )
-    spec: ScheduleSpec | None = None
-    if cmd.spec is not None:
-        try:
-            spec = cmd.spec.to_domain()
-        except (ValueError, OverflowError) as exc:
-            return CommandOutcome(
-                cmd.request_id,
-                cmd.tenant,
-                cmd.schedule_id or "",
-                False,
-                code="INVALID_SPEC",
-                reason=str(exc),
-                kind=cmd.kind,
-            )
-    return shard.apply(
-        kind=cmd.kind,
-        request_id=cmd.request_id,
-        tenant=cmd.tenant,
-        schedule_id=cmd.schedule_id,
-        idempotency_key=cmd.idempotency_key,
-        expected_version=cmd.expected_version,
-        spec=spec,
-        issued_at=cmd.issued_at_ms // 1000,
-        now=now,
-    )
-
-
-def encode_result(o: CommandOutcome, now: int) -> bytes:
-    return encode(
-        CommandResult(
-            request_id=o.request_id,
-            tenant=o.tenant,
-            schedule_id=o.schedule_id or None,
-            status="ACCEPTED" if o.accepted else "REJECTED",
-            version=o.version,
-            reason=None if o.reason is None else o.reason[:MAX_REASON_CHARS],
-            code=o.code,
-            processed_at_ms=now * 1000,
-        )
-    )
-
-
-def encode_undecodable_result(
-    rid: str, partition: int, offset: int, key: bytes | None, reason: str, now: int
-) -> bytes:
-    """The answer to a record that is not a command: it names what the sender can match, the
-    partition and offset it landed on and the key it was sent with."""
-    sent = key.decode("utf-8", "replace")[:200] if key else None
-    return encode(
-        CommandResult(
-            request_id=rid,
-            tenant="?",
-            schedule_id=sent,
-            status="REJECTED",
-            version=None,
-            reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[
-                :MAX_REASON_CHARS
-            ],
-            code="UNDECODABLE",
-            processed_at_ms=now * 1000,
-        )
-    )
-
-
 def encode_schedule_change(
     entry: Entry, kind: str, request_id: str, now: int
 ) -> tuple[bytes, bytes | None, bytes]:
@@ -350,7 +201,7 @@ def encode_schedule_change(
             tenant=entry.tenant,
             schedule_id=entry.schedule_id,
             version=entry.version,
-            state=_lit(entry.state),
+            state=lit(entry.state),
             spec=spec_rec,
             created_at_ms=entry.created_at_ms,  # type: ignore[arg-type]
             updated_at_ms=now_ms,
@@ -371,7 +222,7 @@ def encode_schedule_change(
                 command=kind,  # type: ignore[arg-type]
                 request_id=request_id,
                 spec=spec_rec if kind in ("CREATE", "UPDATE") else None,
-                state=_lit(entry.state),  # type: ignore[arg-type]
+                state=lit(entry.state),  # type: ignore[arg-type]
                 applied_at_ms=now_ms,
                 effective_from_ms=entry.effective_from * 1000,
             )
@@ -381,7 +232,7 @@ def encode_schedule_change(
             schedule_id=entry.schedule_id,
             tenant=entry.tenant,
             version=entry.version,
-            state=_lit(entry.state),
+            state=lit(entry.state),
             updated_at_ms=now_ms,
             # the last pause: workers refuse an occurrence that was pending through it
             paused_at_ms=entry.paused_at_ms,
@@ -389,49 +240,3 @@ def encode_schedule_change(
         )
     )  # type: ignore[arg-type]
     return sched, hist, version
-
-
-_LANE_NAMES = tuple(lane.name for lane in Lane)
-
-
-def prepare_heads(entries: Iterable[Entry]) -> None:
-    """Encode, ahead of time, the head of each armed entry's next dispatch record."""
-    for e in entries:
-        f, avail = e.next_for, e.armed_at
-        if f is None or avail is None:
-            continue
-        sid = e.schedule_id
-        e.prepared = dispatch_head(
-            occurrence_id(sid, e.version, f), sid, e.tenant, e.version, f * 1000, avail * 1000
-        )
-
-
-def dispatch_stamp(enqueued_at_ms: int) -> bytes:
-    """The ``enqueued_at_ms`` piece, encoded once per tick."""
-    return avro_long(enqueued_at_ms)
-
-
-def encode_dispatch(o: Occurrence, stamp: bytes) -> bytes:
-    """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
-    head = o.prepared
-    if head is None:
-        head = dispatch_head(
-            o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000, o.available_at * 1000
-        )
-    return head + stamp + dispatch_tail(o.attempt, _LANE_NAMES[o.lane], o.handler, o.payload, None)
-
-
-def encode_event(ev: Event, now: int) -> bytes:
-    return encode(
-        OccurrenceEvent(
-            occurrence_id=ev.occurrence_id,
-            schedule_id=ev.schedule_id,
-            tenant=ev.tenant,
-            version=ev.version,
-            scheduled_for_ms=ev.scheduled_for * 1000,
-            state=_lit(ev.state),
-            attempt=ev.attempt,
-            reason=ev.reason,
-            at_ms=now * 1000,
-        )
-    )  # type: ignore[arg-type]

@@ -1,0 +1,288 @@
+"""One shard's transaction for one tick: the only commit order.
+
+A :class:`Checkpoint` has one method per step, and a step cannot run after a later one
+(:class:`TransactionOrderError`):
+
+1. begin: ``begin_transaction()``; the checkpoint is open from here until it is
+   committed, aborted or given up;
+2. produce: what the commands and reports polled for the shard changed (results,
+   schedules, history, versions, occurrence events, DLQ records; written by
+   :class:`scheduler.processor.inbox.Inbox`), then the tick's due output:
+   dispatch records to ``ksched.dispatch.<tenant>`` (failpoints ``before_produce``
+   and ``after_produce`` around them), occurrence events, DLQ records, completed
+   schedules, tombstones of purged ones;
+3. write state: the changed runtime state, then the shard's cursors (its
+   watermark) when anything was written or a second has passed, to ``ksched.state``;
+4. send offsets: ``send_offsets_to_transaction`` for the consumed commands;
+5. commit: failpoint ``before_commit``; a transaction that wrote nothing commits at
+   once; one that wrote commits on a commit thread while the loop goes on to the
+   next shard's steps 1-5 (a commit mostly waits for the broker's acks), and
+   :meth:`Checkpoint.join` waits for it (then failpoint ``after_commit``).
+
+A ``KafkaException`` from any step goes to :meth:`Checkpoint.fail`: it aborts the
+transaction (or, fenced, leaves it to the next owner) and says how the shard is
+given up (:class:`scheduler.processor.ownership.Loss`). Nothing of the tick becomes visible.
+
+No transaction is open across a poll or a rebalance callback: :class:`Checkpoints`
+knows every open checkpoint, and the loop's poll and the ownership callbacks call
+:meth:`Checkpoints.assert_none_open`, which raises :class:`TransactionOpenError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from scheduler.kafka.clients import produce_waiting
+from scheduler.processor import wire, wire_state
+from scheduler.processor.attempts import Attempt
+from scheduler.processor.failpoints import FailpointHook
+from scheduler.processor.model import Entry, Event
+from scheduler.processor.ownership import Loss, OwnedShard
+from scheduler.processor.shard import CommandOutcome, TickOutput
+from scheduler.settings import Settings
+from scheduler.topology import topic_name
+
+log = logging.getLogger("ksched.processor")
+
+# Producer errors that mean another owner has the shard's transactional id. A fenced producer's
+# produce() raises _FATAL (its fatal() flag is not always set on that error object).
+_FENCED_CODES = (KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+BEGIN, PRODUCE, STATE, OFFSETS, COMMIT = 1, 2, 3, 4, 5
+
+
+class TransactionOpenError(RuntimeError):
+    """A poll or a rebalance callback was reached while a shard's transaction was open."""
+
+
+class TransactionOrderError(RuntimeError):
+    """A checkpoint step ran after a later one, or after the checkpoint closed."""
+
+
+class Topics:
+    """The topic names a checkpoint writes to (per-tenant names made once)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.schedules = topic_name(settings, "schedules")
+        self.history = topic_name(settings, "schedule-history")
+        self.state = topic_name(settings, "state")
+        self.results = topic_name(settings, "results")
+        self.events = topic_name(settings, "occurrence-events")
+        self._per_tenant: dict[tuple[str, str], str] = {}
+
+    def of(self, name: str, tenant: str) -> str:
+        """``<namespace>.<name>.<tenant>`` (dispatch, versions, dlq)."""
+        topic = self._per_tenant.get((name, tenant))
+        if topic is None:
+            topic = self._per_tenant[(name, tenant)] = topic_name(self.settings, name, tenant)
+        return topic
+
+
+class Checkpoint:
+    """The transaction of one tick of one owned shard (steps in the module docstring)."""
+
+    def __init__(
+        self,
+        owned: OwnedShard,
+        records: list[Message],
+        clock: float,
+        failpoint: FailpointHook,
+        registry: Checkpoints,
+    ) -> None:
+        self.owned = owned
+        self.records = records  # of commands[p], in offset order: step 4 commits past the last
+        self.clock = clock
+        self.started = time.monotonic()
+        self.out = TickOutput()  # the due output (step 2), observed once committed
+        self.events: dict[tuple[str, str], int] = {}  # occurrence events written, by (tenant, state)
+        self._failpoint = failpoint
+        self._registry = registry
+        self._p = owned.partition.partition
+        self._wrote = bool(records)
+        self._step = 0
+        self._closed = False
+        self._future: Future[None] | None = None
+
+    @property
+    def dispatched(self) -> bool:
+        """The tick emits dispatch records (the failpoints fire only in such ticks)."""
+        return bool(self.out.dispatch)
+
+    def _at(self, step: int) -> None:
+        if self._closed or step < self._step:
+            raise TransactionOrderError(f"shard {self._p}: step {step} after step {self._step}"
+                                        f"{' (closed)' if self._closed else ''}")
+        self._step = step
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes, partition: int = -1) -> None:
+        produce_waiting(self.owned.producer, topic, value, key, partition)
+
+    def _close(self) -> None:
+        self._closed = True
+        self._registry._open.discard(self)
+
+    # -- 1. begin -----------------------------------------------------------------
+    def begin(self) -> None:
+        self._at(BEGIN)
+        self._registry._open.add(self)
+        self.owned.producer.begin_transaction()
+
+    # -- 2. produce ---------------------------------------------------------------
+    def result(self, outcome: CommandOutcome, now: int) -> None:
+        """A command's answer on the results topic."""
+        self._at(PRODUCE)
+        value = wire.encode_result(outcome, now)
+        self._produce(self._registry.topics.results, value, outcome.request_id.encode())
+
+    def undecodable(self, offset: int | None, key: bytes | None, reason: str, now: int) -> None:
+        """The answer to a record of ``commands[p]`` that is not a command or a report."""
+        self._at(PRODUCE)
+        rid = f"undecodable-{self._p}-{offset}"
+        value = wire.encode_undecodable_result(rid, self._p, offset or 0, key, reason, now)
+        self._produce(self._registry.topics.results, value, rid.encode())
+
+    def schedule_change(self, entry: Entry, kind: str, request_id: str, now: int) -> None:
+        """The schedules, history and versions records of an accepted change (or a completion)."""
+        self._at(PRODUCE)
+        topics, key = self._registry.topics, entry.schedule_id.encode()
+        sched, hist, version = wire_state.encode_schedule_change(entry, kind, request_id, now)
+        self._produce(topics.schedules, sched, key, self._p)
+        if hist is not None:
+            self._produce(topics.history, hist, key, self._p)
+        self._produce(topics.of("versions", entry.tenant), version, key, self._p)
+
+    def lifecycle(self, events: list[Event], dead: list[Attempt], now: int) -> None:
+        """Occurrence events, and the DLQ records of occurrences declared dead."""
+        self._at(PRODUCE)
+        topics, shard = self._registry.topics, self.owned.shard
+        for ev in events:
+            self._produce(topics.events, wire.encode_event(ev, now), ev.schedule_id.encode(), self._p)
+            k = (ev.tenant, ev.state)
+            self.events[k] = self.events.get(k, 0) + 1
+        for a in dead:
+            value = wire.encode_dead_letter(a, shard.entries.get(a.schedule_id), shard, now)
+            self._produce(topics.of("dlq", a.tenant), value, a.schedule_id.encode(), self._p)
+
+    def due(self, out: TickOutput) -> None:
+        """The tick's due output: dispatch records, events, DLQ records, completions, purges."""
+        self._at(PRODUCE)
+        self.out = out
+        now, p, topics = int(self.clock), self._p, self._registry.topics
+        self._wrote = self._wrote or bool(out.dispatch or out.events or out.completed or out.purged)
+        if out.dispatch:
+            self._failpoint.hit("before_produce")
+        stamp = wire.dispatch_stamp(int(self.clock * 1000))
+        producer, encode_dispatch = self.owned.producer, wire.encode_dispatch
+        by_tenant: dict[str, str] = {}
+        for occ in out.dispatch:  # the hot path of a burst (hundreds of thousands): locals only
+            topic = by_tenant.get(occ.tenant)
+            if topic is None:
+                topic = by_tenant[occ.tenant] = topics.of("dispatch", occ.tenant)
+            produce_waiting(producer, topic, encode_dispatch(occ, stamp), occ.schedule_id.encode(), p)
+        if out.dispatch:
+            self._failpoint.hit("after_produce")
+        self.lifecycle(out.events, out.dead, now)
+        for entry in out.completed:
+            self.schedule_change(entry, "COMPLETE", f"complete-{entry.schedule_id}", now)
+        for entry in out.purged:
+            # Tombstones: the compacted topics forget the schedule (the history topic keeps its story).
+            key = entry.schedule_id.encode()
+            self._produce(topics.schedules, None, key, p)
+            self._produce(topics.of("versions", entry.tenant), None, key, p)
+            self._produce(topics.state, None, key, p)
+        producer.poll(0)
+
+    # -- 3. write state -----------------------------------------------------------
+    def write_state(self) -> None:
+        self._at(STATE)
+        owned, shard, p, now = self.owned, self.owned.shard, self._p, int(self.clock)
+        t_state = self._registry.topics.state
+        for sid, view in shard.runtime_changes():
+            tenant = view and shard.entries[sid].tenant
+            self._produce(t_state, wire_state.encode_runtime(sid, tenant or "", view, now), sid.encode(), p)
+            self._wrote = True
+        if self._wrote or self.clock - owned.last_state_write >= 1.0:
+            value = wire_state.encode_shard_state(shard, self.clock)
+            self._produce(t_state, value, wire_state.shard_state_key(p), p)
+            owned.last_state_write = self.clock
+            self._wrote = True
+
+    # -- 4. send offsets ----------------------------------------------------------
+    def send_offsets(self, consumer: Consumer) -> None:
+        self._at(OFFSETS)
+        if self.records:
+            tp = TopicPartition(self.owned.partition.topic, self._p, (self.records[-1].offset() or 0) + 1)
+            self.owned.producer.send_offsets_to_transaction([tp], consumer.consumer_group_metadata(), 30)
+
+    # -- 5. commit ----------------------------------------------------------------
+    def commit(self) -> bool:
+        """Commit; True when the commit runs on the commit thread (then :meth:`join` it)."""
+        self._at(COMMIT)
+        if self.dispatched:
+            self._failpoint.hit("before_commit")
+        if not self._wrote:
+            self.owned.producer.commit_transaction(30)  # empty: settled locally, nothing to wait for
+            self._close()
+            return False
+        self._future = self._registry.submit(self.owned.producer.commit_transaction)
+        return True
+
+    def join(self) -> None:
+        """Wait for the commit started by :meth:`commit`; raises its KafkaException (then :meth:`fail`)."""
+        assert self._future is not None and self._step == COMMIT
+        self._future.result()
+        self._close()
+        if self.dispatched:
+            self._failpoint.hit("after_commit")
+
+    # -- any step failed ----------------------------------------------------------
+    def fail(self, exc: KafkaException) -> Loss:
+        """Close the checkpoint after ``exc``: abort its transaction unless the producer is fenced
+        (never re-initialise it: that would fence the shard's rightful owner). Returns why the
+        shard must be given up (:meth:`scheduler.processor.ownership.Ownership.give_up`)."""
+        self._close()
+        err: KafkaError = exc.args[0]
+        if err.fatal() or err.code() in _FENCED_CODES:
+            log.error("shard %d: producer fenced (%s): another processor owns it; dropping", self._p, err)
+            return Loss.FENCED
+        log.warning("shard %d: tick aborted: %s; restoring", self._p, err)
+        try:
+            self.owned.producer.abort_transaction(30)
+        except KafkaException as again:
+            log.error("shard %d: abort failed (%s): dropping the shard and rejoining", self._p, again.args[0])
+            return Loss.ABORT_FAILED
+        return Loss.ABORTED
+
+
+class Checkpoints:
+    """Makes the checkpoints of one processor, runs their commits, and knows which are open."""
+
+    def __init__(self, settings: Settings, commit_threads: int) -> None:
+        self.topics = Topics(settings)
+        self._open: set[Checkpoint] = set()
+        self._committer = ThreadPoolExecutor(max_workers=commit_threads, thread_name_prefix="commit")
+
+    def open(
+        self, owned: OwnedShard, records: list[Message], clock: float, failpoint: FailpointHook
+    ) -> Checkpoint:
+        """A checkpoint for one tick of ``owned`` consuming ``records``; nothing is sent until ``begin``."""
+        return Checkpoint(owned, records, clock, failpoint, self)
+
+    def submit(self, commit: Callable[[float], None]) -> Future[None]:
+        return self._committer.submit(commit, 30)
+
+    def assert_none_open(self, where: str) -> None:
+        """Raise TransactionOpenError if any checkpoint is open (before a poll or in a rebalance callback)."""
+        if self._open:
+            shards = sorted(cp.owned.partition.partition for cp in self._open)
+            raise TransactionOpenError(f"{where} while the transaction of shard(s) {shards} is open")
+
+    def shutdown(self) -> None:
+        """Stopping: wait for the commits in flight (none may run on a dropped producer), forget the rest."""
+        self._committer.shutdown(wait=True)
+        self._open.clear()

@@ -1,0 +1,43 @@
+"""The processor's long-lived heap: keep millions of schedule entries out of the cyclic GC's way."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import time
+
+
+class Heap:
+    """When to ``gc.freeze`` and when to hand freed memory back to the OS."""
+
+    def __init__(self) -> None:
+        self.changed = False  # commands (new entries) or a restore since the last freeze
+        self._last_freeze = 0.0
+
+    def settle(self, force: bool = False) -> None:
+        """Take the long-lived schedule entries out of the cyclic GC's sight (``gc.freeze``).
+
+        A shard holds up to millions of entries; a burst promotes many short-lived
+        objects, and each full collection that follows would traverse every entry
+        (~0.3 s per 500,000: pauses measured in the burst's lag plot). Entries are
+        freed by reference counting as before; only cycles among frozen objects
+        would leak, so the young generations are collected first. At most once a
+        second, and only after commands (new entries) or a restore (``force``).
+        """
+        now = time.monotonic()
+        if force or (self.changed and now - self._last_freeze >= 1.0):
+            gc.collect(1)
+            gc.freeze()
+            self.changed = False
+            self._last_freeze = now
+
+    @staticmethod
+    def release_free_memory() -> None:
+        """Hand memory freed by a restore back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+        A restore decodes every record of the shard's compacted topics, including schedules that a
+        later tombstone (a purge) drops again; without this the process keeps that peak as RSS.
+        """
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -1,0 +1,156 @@
+"""The inbox: step 2 of a tick for the records polled from ``commands[p]``: decode, apply, answer.
+
+A record is a schedule command (answered on the results topic, accepted or REJECTED with the
+reason) or an attempt report (applied to the attempt it names, or ignored and counted).
+Nothing a client sends may raise out of the tick, abort it in a loop, or stall other tenants:
+an undecodable record is answered UNDECODABLE, and a bug met while applying one is answered
+INTERNAL (a command) or ignored (a report), the shard then rebuilt from Kafka after the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Message
+
+from scheduler.domain import ScheduleSpec
+from scheduler.processor import lifecycle
+from scheduler.processor.checkpoint import Checkpoint
+from scheduler.processor.lifecycle import ReportResult
+from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.shard import CommandOutcome, Shard
+from scheduler.records import AttemptReport, RecordDecodeError, ScheduleCommand, decode_command_topic
+from scheduler.tenants import Tenant
+
+log = logging.getLogger("ksched.processor")
+
+# A command record larger than this is refused before it is decoded: the schedules and history
+# records derived from it must stay under the producer's message limit (1 MB), or the tick's
+# transaction would fail on every retry. The spec's own payload bound is far below it.
+MAX_COMMAND_BYTES = 900_000
+MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
+
+
+def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) -> CommandOutcome:
+    """Apply a decoded schedule command to ``shard``. A spec that does not convert (a bound
+    overflowed, a bad value) or an over-long id is answered (INVALID_SPEC / INVALID_COMMAND),
+    never raised."""
+    assert isinstance(cmd, ScheduleCommand)
+    for name, value in (
+        ("request_id", cmd.request_id),
+        ("tenant", cmd.tenant),
+        ("schedule_id", cmd.schedule_id),
+        ("idempotency_key", cmd.idempotency_key),
+    ):
+        if value is not None and len(value) > MAX_ID_CHARS:
+            return CommandOutcome(
+                cmd.request_id[:MAX_ID_CHARS], cmd.tenant[:MAX_ID_CHARS], "", False,
+                code="INVALID_COMMAND", kind=cmd.kind,
+                reason=f"{name} is {len(value)} characters long; the limit is {MAX_ID_CHARS}",
+            )
+    spec: ScheduleSpec | None = None
+    if cmd.spec is not None:
+        try:
+            spec = cmd.spec.to_domain()
+        except (ValueError, OverflowError) as exc:
+            return CommandOutcome(
+                cmd.request_id, cmd.tenant, cmd.schedule_id or "", False,
+                code="INVALID_SPEC", reason=str(exc), kind=cmd.kind,
+            )
+    return shard.apply(
+        kind=cmd.kind,
+        request_id=cmd.request_id,
+        tenant=cmd.tenant,
+        schedule_id=cmd.schedule_id,
+        idempotency_key=cmd.idempotency_key,
+        expected_version=cmd.expected_version,
+        spec=spec,
+        issued_at=cmd.issued_at_ms // 1000,
+        now=now,
+    )
+
+
+def apply_report(shard: Shard, rep: AttemptReport, now: int) -> ReportResult:
+    """Apply a decoded attempt report (:func:`scheduler.processor.lifecycle.apply_report`)."""
+    return lifecycle.apply_report(
+        shard,
+        kind=rep.kind,
+        oid=rep.occurrence_id,
+        schedule_id=rep.schedule_id,
+        tenant=rep.tenant,
+        version=rep.version,
+        scheduled_for=rep.scheduled_for_ms // 1000,
+        attempt=rep.attempt,
+        token=rep.token,
+        retryable=rep.retryable,
+        error_class=rep.error_class,
+        error_message=rep.error_message,
+        now=now,
+    )
+
+
+class Inbox:
+    """Takes the records of ``commands[p]`` into shard p's open checkpoint (step 2)."""
+
+    def __init__(self, tenants: dict[str, Tenant], metrics: ProcessorMetrics) -> None:
+        self.tenants = tenants
+        self.metrics = metrics
+
+    def take(self, shard: Shard, cp: Checkpoint, m: Message, now: int) -> bool:
+        """Apply one record and write what it changed to ``cp``. Returns True when applying it
+        hit a bug: the shard's memory may be half-changed, so rebuild it once ``cp`` commits."""
+        raw = m.value() or b""
+        try:
+            if len(raw) > MAX_COMMAND_BYTES:
+                raise RecordDecodeError(
+                    f"record of {len(raw)} bytes is over the command limit of {MAX_COMMAND_BYTES} bytes: "
+                    "keep the payload under the spec's payload limit"
+                )
+            decoded = decode_command_topic(raw)
+        except RecordDecodeError as exc:
+            self.metrics.rejected.labels(tenant="?", code="UNDECODABLE").inc()
+            cp.undecodable(m.offset(), m.key(), str(exc), now)
+            return False
+        if isinstance(decoded, AttemptReport):
+            return self._report(shard, cp, decoded, now)
+        return self._command(shard, cp, decoded, now)
+
+    def _report(self, shard: Shard, cp: Checkpoint, rep: AttemptReport, now: int) -> bool:
+        self.metrics.reports.labels(kind=rep.kind).inc()
+        # A report is applied only to a schedule this shard holds (lifecycle.invalid_report), so
+        # one produced to another partition than its schedule id's is ignored there.
+        try:
+            res = apply_report(shard, rep, now)
+        except Exception:  # a bug must not turn one report into a crash loop of the shard
+            log.exception("report %s %s not applied: ignored; the shard is rebuilt from Kafka",
+                          rep.kind, rep.occurrence_id[:100])
+            self.metrics.reports_ignored.labels(kind=rep.kind).inc()
+            return True
+        if res.ignored is not None:
+            self.metrics.reports_ignored.labels(kind=rep.kind).inc()
+            log.debug("report %s %s ignored: %s", rep.kind, rep.occurrence_id, res.ignored)
+        cp.lifecycle(res.events, res.dead, now)
+        return False
+
+    def _command(self, shard: Shard, cp: Checkpoint, cmd: ScheduleCommand, now: int) -> bool:
+        bug = False
+        try:
+            outcome = apply_command(shard, cmd, now)
+        except Exception as exc:  # a bug must not turn one command into a crash loop of the shard
+            log.exception("command %s not applied; the shard is rebuilt from Kafka", cmd.request_id[:100])
+            bug = True  # memory may be half-changed: after this commit, restore it
+            outcome = CommandOutcome(
+                cmd.request_id[:MAX_ID_CHARS], cmd.tenant[:MAX_ID_CHARS],
+                cmd.schedule_id or "", False, code="INTERNAL", kind=cmd.kind,
+                reason=f"the processor could not apply this command ({type(exc).__name__}: {exc}); "
+                "it is in the processor's log: please report it",
+            )
+        cp.result(outcome, now)
+        if not outcome.accepted:
+            tenant = outcome.tenant if outcome.tenant in self.tenants else "?"  # bounded labels
+            self.metrics.rejected.labels(tenant=tenant, code=outcome.code or "?").inc()
+            return bug
+        if outcome.entry is not None:  # None: an idempotent replay, nothing changed
+            cp.schedule_change(outcome.entry, outcome.kind, outcome.request_id, now)
+            cp.lifecycle(outcome.events, [], now)
+        return bug

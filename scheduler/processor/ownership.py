@@ -1,0 +1,218 @@
+"""Shard ownership: the one path by which a processor takes and gives up shards.
+
+Take (the group assigns partitions of ``ksched.commands``):
+
+1. fence: per shard, a transactional producer (``transactional.id`` =
+   ``<namespace>.processor.shard-<p>``) and ``init_transactions()``: this fences
+   the previous owner and aborts its open transaction, so ``read_committed``
+   readers are not held back by it;
+2. restore: the shards from ``ksched.state`` (cursors, runtime state) and
+   ``ksched.schedules``, ``read_committed``, to the end, in one pass over their
+   partitions;
+3. arm: every active schedule from the restored cursors; the shard is owned and
+   ticks from the next loop;
+4. resume: commands from the group's committed offset of ``commands[p]`` (the
+   consumer does it after the assignment callback returns; a rebuild seeks there).
+
+Give up (revoked, lost, a failed tick, a fenced producer, a record that hit a bug, stop):
+
+5. drop: close the shard and forget it; flush its producer unless it is kept.
+   No transaction is open: the rebalance callbacks assert it, and every other
+   caller has just committed or aborted the shard's checkpoint (or its producer
+   is fenced, and nothing it wrote can become visible);
+6. then, by why: revoked, lost or stopping: nothing more (whoever gets the shard
+   fences us at its step 1). Rebuild (the tick aborted, or a record hit a bug and
+   its answer is committed): steps 2-4 with the same producer (a new
+   ``init_transactions`` could fence an owner we do not know we lost the shard
+   to). Rejoin (fenced while the group still assigns the shard to us, or the
+   abort failed): leave and rejoin the group, so that whoever the shard is given
+   to starts again at step 1 (and fences the other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from scheduler.kafka.clients import transactional_producer
+from scheduler.processor.heap import Heap
+from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.restore import restore_shards
+from scheduler.processor.shard import Shard
+from scheduler.settings import Settings
+from scheduler.tenants import Tenant
+from scheduler.topology import topic_name
+
+log = logging.getLogger("ksched.processor")
+
+
+class Loss(enum.Enum):
+    """Why a shard is given up (step 6 depends on it)."""
+
+    REVOKED = "revoked"
+    LOST = "lost"
+    STOPPED = "stopped"
+    ABORTED = "aborted"  # the tick's transaction was aborted: rebuild
+    BUG = "bug"  # a record hit a bug; its answer is committed: rebuild
+    FENCED = "fenced"  # another owner's init_transactions: rejoin if still assigned
+    ABORT_FAILED = "abort failed"  # the producer is unusable: rejoin
+
+
+_REBUILD = (Loss.ABORTED, Loss.BUG)
+
+
+@dataclass
+class OwnedShard:
+    """A shard this processor owns, with the transactional producer that fenced its previous owner."""
+
+    shard: Shard
+    producer: Producer
+    partition: TopicPartition  # commands[p]
+    last_state_write: float = 0.0  # clock of the last shard state record (one at least every second)
+    rebuild: bool = False  # a record hit a bug mid-apply: rebuild from Kafka once its answer is committed
+
+
+class Ownership:
+    """The shards owned (:attr:`owned`) and the group membership that decides them."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        tenants: dict[str, Tenant],
+        metrics: ProcessorMetrics,
+        clock: Callable[[], float],
+        heap: Heap,
+        assert_no_transaction: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.tenants = tenants
+        self.metrics = metrics
+        self.clock = clock
+        self.heap = heap
+        self._assert_no_transaction = assert_no_transaction  # the checkpoints' guard (no import cycle)
+        self.owned: dict[int, OwnedShard] = {}
+        self.t_commands = topic_name(settings, "commands")
+        self.group_id = f"{settings.namespace}.processor"
+        self.consumer: Consumer | None = None
+        self._rejoin = False
+
+    # -- group membership ---------------------------------------------------------
+    def join(self, consumer: Consumer) -> None:
+        """Subscribe ``consumer`` to the commands topic with this path as its rebalance callbacks."""
+        self.consumer = consumer
+        consumer.subscribe(
+            [self.t_commands], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+        )
+
+    def rejoin_if_asked(self) -> None:
+        """Step 6's rejoin, between polls: leave the group (dropping every shard) and join it again."""
+        if not self._rejoin:
+            return
+        self._rejoin = False
+        assert self.consumer is not None
+        log.warning("leaving and rejoining group %s after a fenced shard", self.group_id)
+        self._assert_no_transaction("rejoin")
+        self.consumer.unsubscribe()  # revokes (and drops) every shard first
+        self.join(self.consumer)
+
+    # -- take: steps 1-4 ----------------------------------------------------------
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Steps 1-3 for the assigned shards (step 4 follows in the consumer)."""
+        self._assert_no_transaction("assign")
+        if not partitions:
+            return
+        started = time.monotonic()
+        producers: dict[int, Producer] = {}
+        for tp in partitions:  # 1. fence
+            p = tp.partition
+            producers[p] = transactional_producer(
+                self.settings.bootstrap_servers,
+                f"{self.settings.namespace}.processor.shard-{p}",
+                **{"transaction.timeout.ms": 30_000},
+            )
+            producers[p].init_transactions(60)
+        self._restore(producers, started)
+
+    def _restore(self, producers: dict[int, Producer], started: float) -> None:
+        """Steps 2-3 for the shards of ``producers`` (initialised)."""
+        shards = {
+            p: Shard(
+                p,
+                self.tenants,
+                partitions=self.settings.partitions,
+                lease_s=self.settings.lease_s,
+                start_lease_s=self.settings.start_lease_s,
+                finished_retention_s=self.settings.finished_retention_s,
+            )
+            for p in producers
+        }
+        stats = restore_shards(self.settings, shards)  # 2. restore
+        elapsed = time.monotonic() - started
+        self.metrics.restore_wall_seconds.inc(elapsed)
+        for p, shard in shards.items():
+            shard.finish_restore(int(self.clock()))  # 3. arm
+            self.metrics.restore_seconds.labels(shard=str(p)).set(elapsed)
+            log.info(
+                "shard %d: restored %d schedules, %d state records; watermark %d",
+                p, stats[p].schedules, stats[p].state_records, shard.watermark(),
+            )
+            self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_commands, p))
+        log.info("restored %d shards in %.2fs", len(shards), time.monotonic() - started)
+        self.heap.settle(force=True)
+        self.heap.release_free_memory()
+
+    def _resume(self, p: int) -> None:
+        """Step 4 of a rebuild: re-read ``commands[p]`` from the group's committed offset."""
+        assert self.consumer is not None
+        tp = TopicPartition(self.t_commands, p)
+        committed = self.consumer.committed([tp], 30)[0]
+        self.consumer.seek(TopicPartition(self.t_commands, p, max(committed.offset, 0)))
+
+    # -- give up: steps 5-6 -------------------------------------------------------
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Give up the revoked shards. No transaction is open here: ticks run between polls,
+        and every tick's checkpoint commits or aborts before the next poll (asserted)."""
+        self._assert_no_transaction("revoke")
+        for tp in partitions:
+            self.give_up(tp.partition, Loss.REVOKED)
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Ownership already lost (session timeout): our producer is or will be fenced."""
+        self._assert_no_transaction("lost")
+        log.warning("shards lost: %s", [tp.partition for tp in partitions])
+        for tp in partitions:
+            self.give_up(tp.partition, Loss.LOST)
+
+    def give_up(self, p: int, why: Loss) -> None:
+        """Steps 5-6 for shard ``p`` (a no-op if it is not owned)."""
+        owned = self.owned.pop(p, None)
+        if owned is None:
+            return
+        owned.shard.close()  # 5. drop
+        if why in _REBUILD:  # 6. rebuild: steps 2-4, same producer
+            self._restore({p: owned.producer}, time.monotonic())
+            self._resume(p)
+            return
+        with contextlib.suppress(KafkaException):
+            owned.producer.flush(5)
+        log.info("shard %d: dropped", p)
+        if why is Loss.ABORT_FAILED or (why is Loss.FENCED and self._assigned(p)):
+            # Never re-initialise here: a new init_transactions would fence the shard's rightful
+            # owner. If the group still assigns it to us, leave and rejoin the group so that
+            # whoever it is given to restores it (and fences the other).
+            self._rejoin = True  # 6. rejoin (between polls: rejoin_if_asked)
+
+    def give_up_all(self) -> None:
+        """Stopping: drop every shard."""
+        for p in list(self.owned):
+            self.give_up(p, Loss.STOPPED)
+
+    def _assigned(self, p: int) -> bool:
+        assert self.consumer is not None
+        return any(tp.partition == p for tp in self.consumer.assignment())

@@ -1,0 +1,131 @@
+"""The tick's outbound records: dispatch, occurrence events, command results, dead letters.
+
+Conversions from the processor's model (:mod:`scheduler.processor.model`, the shard's outcomes)
+to the Avro records of :mod:`scheduler.records`; no Kafka here (the checkpoint produces them).
+The records a shard restores from are in :mod:`scheduler.processor.wire_state`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from scheduler.domain import occurrence_id
+from scheduler.processor.attempts import Attempt
+from scheduler.processor.model import Entry, Event, Lane, Occurrence
+from scheduler.processor.shard import CommandOutcome, Shard
+from scheduler.records import CommandResult, DlqEntry, OccurrenceEvent, encode
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
+
+MAX_REASON_CHARS = 2000
+LANE_NAMES = tuple(lane.name for lane in Lane)
+
+
+def lit(value: str) -> Any:
+    """A state name checked by the shard model, passed where the records want a Literal."""
+    return value
+
+
+def prepare_heads(entries: Iterable[Entry]) -> None:
+    """Encode, ahead of time, the head of each armed entry's next dispatch record."""
+    for e in entries:
+        f, avail = e.next_for, e.armed_at
+        if f is None or avail is None:
+            continue
+        sid = e.schedule_id
+        e.prepared = dispatch_head(
+            occurrence_id(sid, e.version, f), sid, e.tenant, e.version, f * 1000, avail * 1000
+        )
+
+
+def dispatch_stamp(enqueued_at_ms: int) -> bytes:
+    """The ``enqueued_at_ms`` piece, encoded once per tick."""
+    return avro_long(enqueued_at_ms)
+
+
+def encode_dispatch(o: Occurrence, stamp: bytes) -> bytes:
+    """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
+    head = o.prepared
+    if head is None:
+        head = dispatch_head(
+            o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000, o.available_at * 1000
+        )
+    return head + stamp + dispatch_tail(o.attempt, LANE_NAMES[o.lane], o.handler, o.payload, None)
+
+
+def encode_event(ev: Event, now: int) -> bytes:
+    """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s)."""
+    return encode(
+        OccurrenceEvent(
+            occurrence_id=ev.occurrence_id,
+            schedule_id=ev.schedule_id,
+            tenant=ev.tenant,
+            version=ev.version,
+            scheduled_for_ms=ev.scheduled_for * 1000,
+            state=lit(ev.state),
+            attempt=ev.attempt,
+            reason=ev.reason,
+            at_ms=now * 1000,
+        )
+    )  # type: ignore[arg-type]
+
+
+def encode_dead_letter(a: Attempt, entry: Entry | None, shard: Shard, now: int) -> bytes:
+    """The DLQ record of a dead occurrence (handler and payload of the schedule as it now is)."""
+    avail = shard.available(entry, a.scheduled_for) if entry is not None else a.scheduled_for
+    return encode(
+        DlqEntry(
+            occurrence_id=a.occurrence_id,
+            schedule_id=a.schedule_id,
+            tenant=a.tenant,
+            version=a.version,
+            scheduled_for_ms=a.scheduled_for * 1000,
+            available_at_ms=avail * 1000,
+            lane="STRICT" if entry is None else LANE_NAMES[entry.lane],  # type: ignore[arg-type]
+            handler="" if entry is None else entry.base.handler,
+            payload=b"" if entry is None else entry.payload,
+            attempts=a.attempt,
+            last_error_class=a.last_error_class,
+            last_error_message=a.last_error_message,
+            dead_at_ms=now * 1000,
+            reason="dead",
+        )
+    )
+
+
+def encode_result(o: CommandOutcome, now: int) -> bytes:
+    """The results record answering a command (its reason cut to MAX_REASON_CHARS)."""
+    return encode(
+        CommandResult(
+            request_id=o.request_id,
+            tenant=o.tenant,
+            schedule_id=o.schedule_id or None,
+            status="ACCEPTED" if o.accepted else "REJECTED",
+            version=o.version,
+            reason=None if o.reason is None else o.reason[:MAX_REASON_CHARS],
+            code=o.code,
+            processed_at_ms=now * 1000,
+        )
+    )
+
+
+def encode_undecodable_result(
+    rid: str, partition: int, offset: int, key: bytes | None, reason: str, now: int
+) -> bytes:
+    """The answer to a record that is not a command: it names what the sender can match, the
+    partition and offset it landed on and the key it was sent with."""
+    sent = key.decode("utf-8", "replace")[:200] if key else None
+    return encode(
+        CommandResult(
+            request_id=rid,
+            tenant="?",
+            schedule_id=sent,
+            status="REJECTED",
+            version=None,
+            reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[
+                :MAX_REASON_CHARS
+            ],
+            code="UNDECODABLE",
+            processed_at_ms=now * 1000,
+        )
+    )

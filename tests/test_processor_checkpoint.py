@@ -1,0 +1,212 @@
+"""The checkpoint is the only commit order, and no transaction is open across a poll or a
+rebalance callback (unit tests: a recording producer and consumer, no Kafka)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from scheduler.domain import ScheduleSpec
+from scheduler.processor.checkpoint import (
+    Checkpoint,
+    Checkpoints,
+    TransactionOpenError,
+    TransactionOrderError,
+)
+from scheduler.processor.ownership import Loss, OwnedShard
+from scheduler.processor.runtime import Processor
+from scheduler.processor.shard import Shard
+from scheduler.settings import Settings
+from scheduler.tenants import Tenant
+
+T0 = 1_800_000_000 - (1_800_000_000 % 3600)
+TENANTS = {"a": Tenant(name="a")}
+
+
+class RecordingProducer:
+    """Records the transactional calls in order; ``fail`` makes one of them raise."""
+
+    def __init__(self, fail: dict[str, KafkaError] | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail = fail or {}
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise KafkaException(self.fail[name])
+
+    def begin_transaction(self) -> None:
+        self._call("begin")
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int = -1) -> None:
+        self._call(f"produce {topic.split('.', 1)[1]}")
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], meta: Any, timeout: float) -> None:
+        self._call(f"offsets {offsets[0].offset}")
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit")
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort")
+
+
+class RecordingConsumer:
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        self.polls += 1
+        return []
+
+
+class Record:
+    """A consumed record of ``commands[p]`` (only what the checkpoint reads)."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+def records(*offsets: int) -> list[Any]:
+    return [Record(o) for o in offsets]
+
+
+class Points:
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+
+    def hit(self, point: str) -> None:
+        self.hits.append(point)
+
+
+def owned_shard(producer: RecordingProducer, schedules: int = 0) -> OwnedShard:
+    shard = Shard(0, TENANTS, partitions=1)
+    for i in range(schedules):
+        spec = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="h")
+        shard.apply(kind="CREATE", request_id=f"r{i}", tenant="a", schedule_id=f"s{i}", idempotency_key=None,
+                    expected_version=None, spec=spec, issued_at=T0 - 30, now=T0 - 30)
+    return OwnedShard(shard, producer, TopicPartition("ksched.commands", 0))  # type: ignore[arg-type]
+
+
+def tick(cps: Checkpoints, owned: OwnedShard, records: list[Any], points: Points) -> Checkpoint:
+    """Steps 1-5 in order, as the runtime runs them; the commit may be in flight."""
+    cp = cps.open(owned, records, float(T0 + 1), points)
+    cp.begin()
+    cp.due(owned.shard.due(T0 + 1, 100, float(T0 + 1)))
+    cp.write_state()
+    cp.send_offsets(RecordingConsumer())  # type: ignore[arg-type]
+    if cp.commit():
+        cp.join()
+    return cp
+
+
+def test_the_steps_run_in_the_one_commit_order_and_the_failpoints_around_them() -> None:
+    producer, points = RecordingProducer(), Points()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    tick(cps, owned_shard(producer, schedules=2), records(41, 42), points)
+    cps.assert_none_open("poll")
+    assert producer.calls == [
+        "begin", "produce dispatch.a", "produce dispatch.a",
+        "produce state", "offsets 43", "commit",
+    ]
+    assert points.hits == ["before_produce", "after_produce", "before_commit", "after_commit"]
+    cps.shutdown()
+
+
+def test_an_idle_tick_commits_at_once_and_hits_no_failpoint() -> None:
+    producer, points = RecordingProducer(), Points()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    owned = owned_shard(producer)
+    owned.last_state_write = float(T0 + 1)  # the shard state was written this second
+    cp = tick(cps, owned, [], points)
+    assert producer.calls == ["begin", "commit"] and not points.hits and not cp.dispatched
+    cps.assert_none_open("poll")
+    cps.shutdown()
+
+
+def test_a_step_cannot_run_after_a_later_one_nor_after_the_commit() -> None:
+    cps = Checkpoints(Settings(), commit_threads=1)
+    owned = owned_shard(RecordingProducer())
+    cp = cps.open(owned, [], float(T0), Points())
+    cp.begin()
+    cp.write_state()
+    with pytest.raises(TransactionOrderError):
+        cp.due(owned.shard.due(T0, 10, float(T0)))  # produce after the state step
+    cp.send_offsets(RecordingConsumer())  # type: ignore[arg-type]
+    cp.commit()
+    with pytest.raises(TransactionOrderError):
+        cp.write_state()
+    cps.shutdown()
+
+
+def test_no_poll_and_no_rebalance_callback_while_a_checkpoint_is_open() -> None:
+    proc = Processor(Settings(), tenants=TENANTS)
+    consumer = RecordingConsumer()
+    proc.consumer = consumer  # type: ignore[assignment]
+    cp = proc.checkpoints.open(owned_shard(RecordingProducer()), [], float(T0), Points())
+    cp.begin()
+    with pytest.raises(TransactionOpenError, match=r"poll while the transaction of shard\(s\) \[0\] is open"):
+        proc._poll(0.0)
+    assert consumer.polls == 0
+    for callback in (proc.ownership.on_assign, proc.ownership.on_revoke, proc.ownership.on_lost):
+        with pytest.raises(TransactionOpenError):
+            callback(consumer, [TopicPartition("ksched.commands", 0)])  # type: ignore[arg-type]
+    cp.write_state()
+    cp.send_offsets(consumer)  # type: ignore[arg-type]
+    if cp.commit():
+        cp.join()
+    proc._poll(0.0)
+    assert consumer.polls == 1
+    proc.checkpoints.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("code", "loss", "last_call"),
+    [
+        (KafkaError._FENCED, Loss.FENCED, "commit"),  # never aborted: the next owner's init does it
+        (KafkaError._FATAL, Loss.FENCED, "commit"),
+        (KafkaError._TIMED_OUT, Loss.ABORTED, "abort"),
+    ],
+)
+def test_a_failed_commit_closes_the_checkpoint_and_names_the_loss(
+    code: int, loss: Loss, last_call: str
+) -> None:
+    producer = RecordingProducer(fail={"commit": KafkaError(code)})
+    cps = Checkpoints(Settings(), commit_threads=1)
+    cp = cps.open(owned_shard(producer, schedules=1), records(0), float(T0 + 1), Points())
+    cp.begin()
+    cp.due(cp.owned.shard.due(T0 + 1, 10, float(T0 + 1)))
+    cp.write_state()
+    cp.send_offsets(RecordingConsumer())  # type: ignore[arg-type]
+    assert cp.commit()
+    with pytest.raises(KafkaException):
+        cp.join()
+    with pytest.raises(TransactionOpenError):
+        cps.assert_none_open("poll")  # open until the failure is handled
+    assert cp.fail(KafkaException(KafkaError(code))) is loss
+    assert producer.calls[-1] == last_call
+    cps.assert_none_open("poll")
+    cps.shutdown()
+
+
+def test_an_abort_that_fails_asks_for_a_rejoin() -> None:
+    refused = KafkaError(KafkaError._STATE)
+    producer = RecordingProducer(fail={"begin": refused, "abort": refused})
+    cps = Checkpoints(Settings(), commit_threads=1)
+    cp = cps.open(owned_shard(producer), [], float(T0), Points())
+    with pytest.raises(KafkaException) as exc:
+        cp.begin()
+    assert cp.fail(exc.value) is Loss.ABORT_FAILED
+    cps.assert_none_open("poll")
+    cps.shutdown()
