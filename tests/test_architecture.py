@@ -112,3 +112,11 @@ def test_the_shards_roles_see_no_runtime() -> None:
                     todo.append(d)
         bad = {d for d in seen if d in ("scheduler.processor.runtime", "scheduler.processor.restore")}
         assert not bad, f"{m} reaches {sorted(bad)}"
+
+
+def test_every_command_kind_has_its_row() -> None:
+    """Adding a command kind is one vocabulary member and one row in the commands table."""
+    from scheduler.processor.commands import CHANGES
+    from scheduler.vocabulary import CommandKind
+
+    assert set(CHANGES) | {CommandKind.CREATE} == set(CommandKind)

@@ -52,7 +52,8 @@ def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
     """(key, value) pairs shaped like the burst's dispatch records: random 32-hex ids, a
     32-byte payload, the same tenant/handler and Avro layout."""
     from scheduler.processor import wire
-    from scheduler.processor.model import Lane, Occurrence
+    from scheduler.processor.model import Occurrence
+    from scheduler.vocabulary import Lane
 
     stamp = wire.dispatch_stamp(int(time.time() * 1000))
     due = int(time.time())

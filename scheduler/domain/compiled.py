@@ -29,14 +29,21 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import Literal, Protocol
+from typing import Protocol
 
 from scheduler.domain.bounds import MAX_EPOCH_S, check_instant, check_int
 from scheduler.domain.cron_rule import RULE_CACHE_SIZE, CronRule, cron_rule
 from scheduler.domain.errors import SpecError
 from scheduler.domain.once import parse_at
 from scheduler.domain.zones import ceil_epoch, load_zone, to_epoch
-from scheduler.vocabulary import Nonexistent, NonexistentSymbol, Repeated, RepeatedSymbol
+from scheduler.vocabulary import (
+    Nonexistent,
+    NonexistentSymbol,
+    Repeated,
+    RepeatedSymbol,
+    ScheduleKind,
+    ScheduleKindSymbol,
+)
 
 
 class Timing(Protocol):
@@ -75,7 +82,7 @@ class CompiledSpec:
     __slots__ = ("_last", "at_epoch", "end_epoch", "kind", "max_runs", "rule", "start_epoch",
                  "zone_name")
 
-    kind: Literal["cron", "once"]
+    kind: ScheduleKind | ScheduleKindSymbol
     rule: CronRule | None
     at_epoch: int | None
     start_epoch: int | None
@@ -87,7 +94,7 @@ class CompiledSpec:
     def __init__(
         self,
         *,
-        kind: Literal["cron", "once"],
+        kind: ScheduleKind | ScheduleKindSymbol,
         rule: CronRule | None,
         at_epoch: int | None,
         zone_name: str,

@@ -35,10 +35,8 @@ import heapq
 from dataclasses import dataclass
 
 from scheduler.processor.recent import LastN
+from scheduler.vocabulary import Overlap
 
-CANCELED_ERROR = "ksched.Canceled"  # a worker's report that it did not run a stale occurrence
-LEASE_EXPIRED = "ksched.LeaseExpired"
-START_LEASE_EXPIRED = "ksched.StartLeaseExpired"  # emitted, but no worker STARTED it in time
 FINISHED_MEMORY = 200_000  # occurrences remembered as finished, to drop duplicate reports
 # A retried occurrence's final attempt is persisted this long after it finished, so that a late
 # report of an older attempt (a zombie worker) is still fenced by a new owner after a failover.
@@ -76,7 +74,7 @@ def persisted_running(a: Attempt, overlap: str) -> bool:
     """Whether the in-flight (not retry-waiting) attempt ``a`` is written to ``ksched.state``:
     always for an overlap-tracked schedule (it occupies the schedule), else from the second
     attempt on (so that a new owner can fence the older attempts' reports)."""
-    return overlap != "ALLOW" or a.attempt > 1
+    return overlap != Overlap.ALLOW or a.attempt > 1
 
 
 class Attempts:

@@ -188,7 +188,7 @@ class Checkpoint:
             self._failpoint.hit("after_produce")
         self.lifecycle(out.events, out.dead, now)
         for entry in out.completed:
-            self.schedule_change(entry, "COMPLETE", f"complete-{entry.schedule_id}", now)
+            self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)
         for entry in out.purged:
             # Tombstones: the compacted topics forget the schedule (the history topic keeps its story).
             key = entry.schedule_id.encode()

@@ -32,6 +32,7 @@ from scheduler.processor.outputs import CommandOutcome, TickOutput
 from scheduler.processor.recent import Applied
 from scheduler.processor.store import ShardStore
 from scheduler.tenants import Tenant
+from scheduler.vocabulary import CommandKind, RejectCode, ScheduleKind
 
 CLOCK_SKEW_S = 300  # a command's issued_at is trusted within this much of the shard's clock
 
@@ -52,7 +53,7 @@ class Command:
     effective: int  # from when the change takes effect (epoch s)
     now: int
 
-    def reject(self, code: str, reason: str) -> CommandOutcome:
+    def reject(self, code: RejectCode, reason: str) -> CommandOutcome:
         return CommandOutcome(self.request_id, self.tenant, self.schedule_id, False, code=code,
                               reason=reason, kind=self.kind)
 
@@ -93,7 +94,7 @@ def apply(
     (:func:`arm_new`).
     """
     sid = schedule_id or ""
-    done = store.recent.get(request_id) if kind != "CREATE" else None
+    done = store.recent.get(request_id) if kind != CommandKind.CREATE else None
     if done is not None and done.schedule_id == sid and done.kind in (kind, ""):
         return CommandOutcome(
             request_id, done.tenant, done.schedule_id, True, version=done.version, kind=kind,
@@ -102,7 +103,8 @@ def apply(
     t = store.tenants.get(tenant)
     if t is None:
         why = f"tenant {tenant!r} is not registered: run `ksched tenants add {tenant}`"
-        return CommandOutcome(request_id, tenant, sid, False, code="UNKNOWN_TENANT", reason=why, kind=kind)
+        return CommandOutcome(request_id, tenant, sid, False, code=RejectCode.UNKNOWN_TENANT, reason=why,
+                              kind=kind)
     addressed = _address(store, kind, tenant, schedule_id, idempotency_key)
     if not isinstance(addressed, str):
         addressed.request_id = request_id
@@ -110,7 +112,7 @@ def apply(
     cmd = Command(kind, request_id, tenant, t, addressed, idempotency_key, expected_version, spec, None,
                   issued_at, now)
     outcome = _validate(store, cmd) or _dispatch(store, cmd)
-    if outcome.entry is not None and kind != "CREATE":  # a create's replay: by its key and spec
+    if outcome.entry is not None and kind != CommandKind.CREATE:  # a create's replay: by its key and spec
         store.recent.remember(request_id, Applied(cmd.schedule_id, tenant, kind, outcome.version))
         outcome.entry.last_request_id = request_id
     return outcome
@@ -121,18 +123,18 @@ def _address(
 ) -> str | CommandOutcome:
     """Steps 3-4: the schedule id the command is for, or its rejection (request id unset)."""
 
-    def rej(sid: str, code: str, reason: str) -> CommandOutcome:
+    def rej(sid: str, code: RejectCode, reason: str) -> CommandOutcome:
         return CommandOutcome("", tenant, sid, False, code=code, reason=reason, kind=kind)
 
     if not schedule_id:
-        if kind != "CREATE":
-            return rej("", "INVALID_COMMAND", f"schedule_id is required for {kind}")
+        if kind != CommandKind.CREATE:
+            return rej("", RejectCode.INVALID_COMMAND, f"schedule_id is required for {kind}")
         schedule_id = _new_id(store, tenant, key)
-    elif kind == "CREATE" and key is not None:
+    elif kind == CommandKind.CREATE and key is not None:
         expected_id = schedule_id_for(tenant, key)
         if schedule_id != expected_id:
             return rej(
-                schedule_id, "INVALID_COMMAND",
+                schedule_id, RejectCode.INVALID_COMMAND,
                 f"schedule_id {schedule_id} is not the id derived from tenant {tenant!r} and "
                 f"idempotency_key {key!r} ({expected_id}): derive it with "
                 "scheduler.domain.schedule_id_for, or send schedule_id null",
@@ -140,7 +142,7 @@ def _address(
     owner = partition_for(schedule_id.encode(), store.partitions)
     if owner != store.shard_id:
         return rej(
-            schedule_id, "WRONG_PARTITION",
+            schedule_id, RejectCode.WRONG_PARTITION,
             f"schedule {schedule_id} belongs to partition {owner}, but the command came on "
             f"partition {store.shard_id}: key the record by its schedule_id and use the "
             "murmur2_random partitioner (docs/contract.md)",
@@ -165,22 +167,27 @@ def _validate(store: ShardStore, c: Command) -> CommandOutcome | None:
     never after now for a one-time spec, which must not be more than a day in the past."""
     e = store.entries.get(c.schedule_id)
     if e is not None and e.tenant != c.tenant:
-        return c.reject("NOT_FOUND", f"schedule {c.schedule_id} does not exist for tenant {c.tenant}")
-    if c.kind in ("CREATE", "UPDATE"):
+        return _not_found(c)
+    if c.kind in (CommandKind.CREATE, CommandKind.UPDATE):
         if c.spec is None:
-            return c.reject("INVALID_SPEC", f"{c.kind} needs a spec")
+            return c.reject(RejectCode.INVALID_SPEC, f"{c.kind} needs a spec")
         try:
             c.parts = spec_parts(c.spec)
         except (ValueError, OverflowError) as exc:  # SpecError is a ValueError
-            return c.reject("INVALID_SPEC", str(exc))
+            return c.reject(RejectCode.INVALID_SPEC, str(exc))
     c.effective = min(max(c.effective, c.now - CLOCK_SKEW_S), c.now + CLOCK_SKEW_S)
-    if c.parts is not None and c.parts.compiled.kind == "once":
+    if c.parts is not None and c.parts.compiled.kind == ScheduleKind.ONCE:
         # A one-time job's time is its own: a client clock running ahead must not skip it.
         c.effective = min(c.effective, c.now)
         too_old = _too_old_once(c.parts, c.now)
-        if too_old is not None and not (c.kind == "CREATE" and e is not None):  # (a replay is answered)
-            return c.reject("INVALID_SPEC", too_old)
+        replay = c.kind == CommandKind.CREATE and e is not None  # (answered by _create_again)
+        if too_old is not None and not replay:
+            return c.reject(RejectCode.INVALID_SPEC, too_old)
     return None
+
+
+def _not_found(c: Command) -> CommandOutcome:
+    return c.reject(RejectCode.NOT_FOUND, f"schedule {c.schedule_id} does not exist for tenant {c.tenant}")
 
 
 def _too_old_once(parts: SpecParts, now: int) -> str | None:
@@ -197,21 +204,21 @@ def _too_old_once(parts: SpecParts, now: int) -> str | None:
 def _dispatch(store: ShardStore, c: Command) -> CommandOutcome:
     """Step 6."""
     e = store.entries.get(c.schedule_id)
-    if c.kind == "CREATE":
+    if c.kind == CommandKind.CREATE:
         return _create(store, c, e)
     if e is None:
-        return c.reject("NOT_FOUND", f"schedule {c.schedule_id} does not exist for tenant {c.tenant}")
+        return _not_found(c)
     if c.expected_version is not None and c.expected_version != e.version:
         return c.reject(
-            "STALE_VERSION",
+            RejectCode.STALE_VERSION,
             f"expected version {c.expected_version} but schedule {c.schedule_id} "
             f"is at version {e.version}: re-read it and retry",
         )
     if e.state == CANCELED:
-        return c.reject("TERMINAL", f"schedule {c.schedule_id} is {e.state}; it cannot be changed")
+        return c.reject(RejectCode.TERMINAL, f"schedule {c.schedule_id} is {e.state}; it cannot be changed")
     change = CHANGES.get(c.kind)
     if change is None:
-        return c.reject("INVALID_COMMAND", f"kind {c.kind!r} is unknown")
+        return c.reject(RejectCode.INVALID_COMMAND, f"kind {c.kind!r} is unknown")
     # A COMPLETED schedule has no fire time left, but its last occurrence may still wait for a
     # worker: cancel still invalidates it (workers recheck the state), and update gives it a new
     # version that fires again (rescheduling a one-time job).
@@ -225,7 +232,7 @@ def _create(store: ShardStore, c: Command, e: Entry | None) -> CommandOutcome:
     limit = -(-c.quota.max_schedules // store.partitions)
     if store.active_count.get(c.tenant, 0) >= limit:
         return c.reject(
-            "QUOTA_EXCEEDED",
+            RejectCode.QUOTA_EXCEEDED,
             f"tenant {c.tenant} has reached max_schedules={c.quota.max_schedules} "
             f"({limit} per shard): cancel schedules or raise the quota",
         )
@@ -245,17 +252,17 @@ def _create_again(c: Command, e: Entry) -> CommandOutcome:
     sid, key = e.schedule_id, c.idempotency_key
     if e.state == CANCELED:
         return c.reject(
-            "TERMINAL",
+            RejectCode.TERMINAL,
             f"schedule {sid} (idempotency_key {key!r}) was canceled at version {e.version}; "
             "a key is never reused: create with another idempotency key",
         )
     if e.spec() != c.spec:
         return c.reject(
-            "CONFLICT",
+            RejectCode.CONFLICT,
             f"schedule {sid} (idempotency_key {key!r}) already exists at version {e.version} with "
             f"a different spec: update it (expected_version {e.version}) or use another key",
         )
-    return CommandOutcome(c.request_id, e.tenant, sid, True, version=e.version, kind="CREATE",
+    return CommandOutcome(c.request_id, e.tenant, sid, True, version=e.version, kind=CommandKind.CREATE,
                           reason=f"already exists: version {e.version}, {e.state}")
 
 
@@ -311,12 +318,13 @@ def _cancel(store: ShardStore, c: Command, e: Entry) -> CommandOutcome:
     return c.accepted(e, events)
 
 
-# The changes of an existing schedule, by command kind (CREATE is :func:`_create`).
+# The changes of an existing schedule, keyed by CommandKind (CREATE is :func:`_create`); a test checks
+# that every kind has its row.
 CHANGES: dict[str, Callable[[ShardStore, Command, Entry], CommandOutcome]] = {
-    "UPDATE": _update,
-    "PAUSE": _pause,
-    "RESUME": _resume,
-    "CANCEL": _cancel,
+    CommandKind.UPDATE: _update,
+    CommandKind.PAUSE: _pause,
+    CommandKind.RESUME: _resume,
+    CommandKind.CANCEL: _cancel,
 }
 
 

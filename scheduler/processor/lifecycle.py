@@ -22,7 +22,6 @@ from typing import Protocol
 from scheduler.domain import occurrence_id
 from scheduler.domain.backoff import retry_delay_s
 from scheduler.processor.attempts import (
-    CANCELED_ERROR,
     Attempt,
     Attempts,
     persisted_running,
@@ -30,6 +29,7 @@ from scheduler.processor.attempts import (
 from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event
 from scheduler.processor.quotas import TokenBucket
 from scheduler.tenants import Tenant
+from scheduler.vocabulary import AttemptReportKind, ErrorClass, OccurrenceState, ScheduleKind
 
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
@@ -122,17 +122,17 @@ def apply_report(
     persist = persisted_running(a, e.policy.overlap)
     res = ReportResult()
     lease_until = now + ctx.lease_s
-    if kind == "STARTED":
+    if kind == AttemptReportKind.STARTED:
         at.started(a, token, lease_until, persist)
-    elif kind == "HEARTBEAT":
+    elif kind == AttemptReportKind.HEARTBEAT:
         if a.token is None:
             a.token = token
         at.lease(a, lease_until)
-    elif kind == "SUCCEEDED":
-        finish(ctx, a, "SUCCEEDED", None, res, now)
-    elif kind == "FAILED" and error_class == CANCELED_ERROR:
-        finish(ctx, a, "CANCELED", error_message or "not run: stale", res, now)
-    elif kind == "FAILED":
+    elif kind == AttemptReportKind.SUCCEEDED:
+        finish(ctx, a, OccurrenceState.SUCCEEDED, None, res, now)
+    elif kind == AttemptReportKind.FAILED and error_class == ErrorClass.CANCELED:
+        finish(ctx, a, OccurrenceState.CANCELED, error_message or "not run: stale", res, now)
+    elif kind == AttemptReportKind.FAILED:
         fail(ctx, a, bool(retryable), error_class, error_message, now, res)
     else:
         return ReportResult(ignored=f"unknown report kind {kind!r}")
@@ -203,7 +203,7 @@ def version_start(e: Entry) -> int:
         start = min(start, e.paused_at_ms // 1000)
     if e.version == 1 and e.created_at_ms:
         start = min(start, e.created_at_ms // 1000)
-    if e.compiled.kind == "once":
+    if e.compiled.kind == ScheduleKind.ONCE:
         start -= PAST_ONCE_LIMIT_S + e.policy.max_lateness_s
     return start
 
@@ -255,7 +255,7 @@ def fail(
         else:
             superseded = f"schedule {e.state.lower()}"
         why = f"{superseded}: not retried after {error_class}: {message}"[:1000]
-        finish(ctx, a, "CANCELED", why, res, now)
+        finish(ctx, a, OccurrenceState.CANCELED, why, res, now)
         return
     elif a.attempt >= e.policy.retry_max_attempts:
         why = f"{a.attempt} attempts made (retry_max_attempts={e.policy.retry_max_attempts})"
@@ -267,7 +267,7 @@ def fail(
             why = f"retry at {at} would pass the deadline (retry_deadline_s={pol.retry_deadline_s})"
         else:
             ctx.attempts.retry(a, at, error_class, message)
-            res.events.append(attempt_event(a, "RETRY_WAIT", f"{error_class}: {message}"[:500]))
+            res.events.append(attempt_event(a, OccurrenceState.RETRY_WAIT, f"{error_class}: {message}"[:500]))
             return
     res.dead.append(a)
-    finish(ctx, a, "DEAD", f"{why}; last error {error_class}: {message}"[:1000], res, now)
+    finish(ctx, a, OccurrenceState.DEAD, f"{why}; last error {error_class}: {message}"[:1000], res, now)

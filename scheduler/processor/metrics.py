@@ -7,8 +7,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scheduler.processor.model import Lane
 from scheduler.processor.shard import Shard, TickOutput
+from scheduler.vocabulary import Lane
 
 _LANES = tuple(lane.name for lane in Lane)
 

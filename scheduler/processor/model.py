@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, fields
-from enum import IntEnum
 from operator import attrgetter
 from typing import NamedTuple
 
 from scheduler.domain import CompiledSpec, ScheduleSpec, compile_spec, occurrence_id
+from scheduler.vocabulary import Lane, ScheduleState
 
-
-class Lane(IntEnum):
-    """Emission priority: lower first (DESIGN.md §4 step 2)."""
-
-    STRICT = 0
-    FLEXIBLE = 1
-    CATCH_UP = 2
-    RETRY = 3
-
-
-ACTIVE, PAUSED, CANCELED, COMPLETED = "ACTIVE", "PAUSED", "CANCELED", "COMPLETED"
+# The schedule states, by their short names (the vocabulary's members: they compare equal to the
+# plain symbols that records decode to).
+ACTIVE, PAUSED, CANCELED, COMPLETED = (
+    ScheduleState.ACTIVE, ScheduleState.PAUSED, ScheduleState.CANCELED, ScheduleState.COMPLETED
+)
 TERMINAL = frozenset({CANCELED, COMPLETED})
 # A one-time schedule created or updated this long (plus its max_lateness_s) after its time is
 # refused (firing it would surprise more often than help); within it, its occurrence fires late

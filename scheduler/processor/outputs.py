@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import Entry, Event, Occurrence
+from scheduler.vocabulary import OccurrenceState
 
 
 @dataclass(slots=True)
@@ -48,7 +49,8 @@ class TickOutput:
         self.throttle_delays.append((occ.tenant, delay_s))
         self.events.append(
             Event(
-                occ.occurrence_id, occ.schedule_id, occ.tenant, occ.version, occ.scheduled_for, "ENQUEUED",
-                f"throttled: delayed {delay_s}s by the tenant's {quota} quota", occ.attempt,
+                occ.occurrence_id, occ.schedule_id, occ.tenant, occ.version, occ.scheduled_for,
+                OccurrenceState.ENQUEUED, f"throttled: delayed {delay_s}s by the tenant's {quota} quota",
+                occ.attempt,
             )
         )

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Lane, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Occurrence
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
+from scheduler.vocabulary import Lane, Overlap
 
 _CATCH_UP = int(Lane.CATCH_UP)
 
@@ -60,7 +61,7 @@ def _restore_attempts(store: ShardStore, owner: Entry, view: ScheduleRuntimeView
     sid, at = owner.schedule_id, store.attempts
     for a in (*view.running, *view.retries):
         at.track(a)
-        if owner.policy.overlap != "ALLOW":  # a retrying occurrence still occupies it
+        if owner.policy.overlap != Overlap.ALLOW:  # a retrying occurrence still occupies it
             at.occupying.setdefault(sid, a.occurrence_id)
     if view.finished:
         at.restore_fenced(sid, view.finished)

@@ -10,10 +10,11 @@ retries within the tenant's retry budget. Both work through the narrow
 from __future__ import annotations
 
 from scheduler.domain import occurrence_id
-from scheduler.processor.attempts import LEASE_EXPIRED, START_LEASE_EXPIRED, Attempt
+from scheduler.processor.attempts import Attempt
 from scheduler.processor.lifecycle import LifecycleContext, ReportResult, fail, finish
-from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Event, Lane, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Event, Occurrence
 from scheduler.processor.outputs import TickOutput
+from scheduler.vocabulary import ErrorClass, Lane, OccurrenceState, Overlap
 
 _RETRY = int(Lane.RETRY)
 
@@ -26,14 +27,14 @@ def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) 
     and is released when the running one ends; further ones are skipped.
     """
     overlap = e.policy.overlap
-    if overlap == "ALLOW":
+    if overlap == Overlap.ALLOW:
         return True
     at = ctx.attempts
     oid = occurrence_id(e.schedule_id, e.version, f)
     if not at.occupied(e.schedule_id) and e.schedule_id not in at.queued:  # (a released one is on its way)
         at.occupy(Attempt(oid, e.schedule_id, e.tenant, e.version, f, 1))
         return True
-    if overlap == "QUEUE_ONE" and at.queue_one(e.schedule_id, oid, e.version, f):
+    if overlap == Overlap.QUEUE_ONE and at.queue_one(e.schedule_id, oid, e.version, f):
         return False
     running = at.occupying[e.schedule_id]
     out.events.append(
@@ -43,7 +44,7 @@ def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) 
             e.tenant,
             e.version,
             f,
-            "SKIPPED_OVERLAP",
+            OccurrenceState.SKIPPED_OVERLAP,
             f"{running} still running ({overlap})",
         )
     )
@@ -73,19 +74,20 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
     for a in at.expired_leases(now):
         res = ReportResult()
         if a.token is None:
-            fail(ctx, a, True, START_LEASE_EXPIRED,
+            fail(ctx, a, True, ErrorClass.START_LEASE_EXPIRED,
                  f"attempt {a.attempt} was not STARTED within start_lease_s={at.start_lease_s}s of its "
                  "dispatch (no worker took it)", now, res)
         else:
-            fail(ctx, a, True, LEASE_EXPIRED, f"no heartbeat from attempt {a.attempt} (lease ran out)",
-                 now, res)
+            fail(ctx, a, True, ErrorClass.LEASE_EXPIRED,
+                 f"no heartbeat from attempt {a.attempt} (lease ran out)", now, res)
         out.events.extend(res.events)
         out.dead.extend(res.dead)
     for a in at.due_retries(now):
         e = ctx.entries.get(a.schedule_id)
         if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
             res = ReportResult()
-            finish(ctx, a, "CANCELED", "schedule changed or canceled before the retry", res, now)
+            why = "schedule changed or canceled before the retry"
+            finish(ctx, a, OccurrenceState.CANCELED, why, res, now)
             ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
             out.events.extend(res.events)
             continue

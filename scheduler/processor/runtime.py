@@ -30,7 +30,12 @@ from scheduler.processor.ownership import Loss, OwnedShard, Ownership
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, load_tenants
 from scheduler.topology import load_declarations
+from scheduler.vocabulary import OccurrenceState
 
+# Occurrence events counted in ksched_lifecycle_total (MISSED has its own counter).
+_COUNTED_BY_STATE = frozenset(
+    {OccurrenceState.DEAD, OccurrenceState.RETRY_WAIT, OccurrenceState.SKIPPED_OVERLAP}
+)
 log = logging.getLogger("ksched.processor")
 
 
@@ -219,7 +224,7 @@ class Processor:
     def _count_events(self, events: dict[tuple[str, str], int]) -> None:
         """Count a committed transaction's occurrence events (an aborted one's are re-derived)."""
         for (tenant, state), n in events.items():
-            if state == "MISSED":
+            if state == OccurrenceState.MISSED:
                 self.metrics.missed.labels(tenant=tenant).inc(n)
-            elif state in ("DEAD", "RETRY_WAIT", "SKIPPED_OVERLAP"):
+            elif state in _COUNTED_BY_STATE:
                 self.metrics.lifecycle.labels(tenant=tenant, state=state).inc(n)

@@ -26,10 +26,11 @@ from scheduler.domain import available_at
 from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.lifecycle import attempt_event
-from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, Entry, Event, Lane, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, Entry, Event, Occurrence
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.recent import Applied, recent_requests
 from scheduler.tenants import Tenant
+from scheduler.vocabulary import Lane, OccurrenceState
 
 _CATCH_UP = int(Lane.CATCH_UP)
 
@@ -224,7 +225,9 @@ class ShardStore:
             self.catch_up_span[occ.schedule_id] = (nxt, span[1])
         self.runtime_dirty.add(occ.schedule_id)
 
-    def drop_pending(self, e: Entry, reason: str, state: str = "CANCELED") -> list[Event]:
+    def drop_pending(
+        self, e: Entry, reason: str, state: OccurrenceState = OccurrenceState.CANCELED
+    ) -> list[Event]:
         """Drop the schedule's waiting work — catch-up occurrences, retries, the QUEUE_ONE
         occurrence, a released one not yet emitted; each gets a ``state`` event. A ``MISSED``
         drop (a later misfire superseding it) drops only the catch-up backlog."""
@@ -243,7 +246,7 @@ class ShardStore:
             self.catch_up[e.tenant] = keep
         if self.catch_up_span.pop(sid, None) is not None:
             self.runtime_dirty.add(sid)
-        if state != "CANCELED":
+        if state != OccurrenceState.CANCELED:
             return events
         at = self.attempts
         queued = at.queued.get(sid)

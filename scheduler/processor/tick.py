@@ -13,11 +13,12 @@ from collections.abc import Iterable
 
 from scheduler.domain.fire import fire_at
 from scheduler.processor.lanes import LaneQueue
-from scheduler.processor.model import ACTIVE, Entry, Event, Lane, Occurrence
+from scheduler.processor.model import ACTIVE, Entry, Event, Occurrence
 from scheduler.processor.outputs import TickOutput
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.retry_lane import admit, emit_retries
 from scheduler.processor.store import ShardStore
+from scheduler.vocabulary import Lane, Misfire, OccurrenceState, Overlap
 
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
 PURGE_PER_TICK = 1_000  # finished schedules dropped per tick: keeps a mass expiry's transactions short
@@ -132,7 +133,7 @@ def fire(
         avail = store.available(e, f) if pol.window_s else f
         if ref - avail > pol.max_lateness_s:
             nxt = misfire(store, e, f, ref, out)
-        elif pol.overlap != "ALLOW" and not admit(store, e, f, avail, out):
+        elif pol.overlap != Overlap.ALLOW and not admit(store, e, f, avail, out):
             nxt = e.compiled.next_after_epoch(f)
         else:
             occ = Occurrence(
@@ -170,15 +171,17 @@ def misfire(store: ShardStore, e: Entry, f: int, now: int, out: TickOutput) -> i
             break
         late.append((fire.occurrence_id, cur, fire.available_at))
         cur = e.compiled.next_after_epoch(cur)
-    keep = {"FIRE_ONCE": 1, "CATCH_UP": max(0, pol.catch_up_limit)}.get(pol.misfire, 0)
+    keep = 1 if pol.misfire == Misfire.FIRE_ONCE else 0
+    if pol.misfire == Misfire.CATCH_UP:
+        keep = max(0, pol.catch_up_limit)
     cut = len(late) - min(keep, len(late))
     reason = f"later than max_lateness={pol.max_lateness_s}s ({pol.misfire})"
     for oid, sf, _ in late[:cut]:
-        out.events.append(Event(oid, e.schedule_id, e.tenant, e.version, sf, "MISSED", reason))
+        out.events.append(Event(oid, e.schedule_id, e.tenant, e.version, sf, OccurrenceState.MISSED, reason))
     if cut < len(late):
         if e.schedule_id in store.catch_up_span:
             # One backlog per schedule, always its latest late occurrences: the older pending
             # ones are recorded MISSED (the span persisted on ksched.state stays one range).
-            out.events += store.drop_pending(e, "superseded by a later misfire", "MISSED")
+            out.events += store.drop_pending(e, "superseded by a later misfire", OccurrenceState.MISSED)
         store.queue_catch_up(e, [(sf, avail) for _oid, sf, avail in late[cut:]])
     return cur

@@ -12,13 +12,14 @@ from typing import Any
 
 from scheduler.domain import occurrence_id
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import Entry, Event, Lane, Occurrence
+from scheduler.processor.model import Entry, Event, Occurrence
 from scheduler.processor.shard import CommandOutcome, Shard
 from scheduler.records import CommandResult, DlqEntry, OccurrenceEvent, encode
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
+from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, lane_symbol
 
 MAX_REASON_CHARS = 2000
-LANE_NAMES = tuple(lane.name for lane in Lane)
+LANE_NAMES: tuple[LaneSymbol, ...] = tuple(lane_symbol(lane) for lane in Lane)  # by Lane value
 
 
 def lit(value: str) -> Any:
@@ -81,7 +82,7 @@ def encode_dead_letter(a: Attempt, entry: Entry | None, shard: Shard, now: int) 
             version=a.version,
             scheduled_for_ms=a.scheduled_for * 1000,
             available_at_ms=avail * 1000,
-            lane="STRICT" if entry is None else LANE_NAMES[entry.lane],  # type: ignore[arg-type]
+            lane=lane_symbol(Lane.STRICT) if entry is None else LANE_NAMES[entry.lane],
             handler="" if entry is None else entry.base.handler,
             payload=b"" if entry is None else entry.payload,
             attempts=a.attempt,
@@ -100,7 +101,7 @@ def encode_result(o: CommandOutcome, now: int) -> bytes:
             request_id=o.request_id,
             tenant=o.tenant,
             schedule_id=o.schedule_id or None,
-            status="ACCEPTED" if o.accepted else "REJECTED",
+            status=CommandStatus.ACCEPTED if o.accepted else CommandStatus.REJECTED,
             version=o.version,
             reason=None if o.reason is None else o.reason[:MAX_REASON_CHARS],
             code=o.code,
@@ -120,7 +121,7 @@ def encode_undecodable_result(
             request_id=rid,
             tenant="?",
             schedule_id=sent,
-            status="REJECTED",
+            status=CommandStatus.REJECTED,
             version=None,
             reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[
                 :MAX_REASON_CHARS

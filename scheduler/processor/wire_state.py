@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import Entry, Lane, SpecParts, spec_parts
+from scheduler.processor.model import TERMINAL, Entry, SpecParts, spec_parts
 from scheduler.processor.shard import ScheduleRuntimeView, Shard
 from scheduler.processor.wire import lit
 from scheduler.records import (
@@ -31,6 +31,10 @@ from scheduler.records import (
     encode,
     record_type,
 )
+from scheduler.vocabulary import CommandKind, Lane
+
+_COMMAND_KINDS = frozenset(CommandKind)
+COMPLETION = "COMPLETE"  # the kind of the shard's own change of a schedule: it has no fire time left
 
 
 def shard_state_key(p: int) -> bytes:
@@ -182,7 +186,7 @@ def decode_schedule_entry(value: bytes) -> Entry:
         paused_at_ms=s["paused_at_ms"],
         resumed_at_ms=s["resumed_at_ms"],
         last_request_id=s.get("last_request_id"),
-        finished_at=s["updated_at_ms"] // 1000 if s["state"] in ("COMPLETED", "CANCELED") else None,
+        finished_at=s["updated_at_ms"] // 1000 if s["state"] in TERMINAL else None,
     )
 
 
@@ -213,7 +217,7 @@ def encode_schedule_change(
         )
     )
     hist = None
-    if kind in ("CREATE", "UPDATE", "PAUSE", "RESUME", "CANCEL"):
+    if kind in _COMMAND_KINDS:  # a completion (the shard's own change) is no command: no history
         hist = encode(
             ScheduleHistoryEntry(
                 schedule_id=entry.schedule_id,
@@ -221,7 +225,7 @@ def encode_schedule_change(
                 version=entry.version,
                 command=kind,  # type: ignore[arg-type]
                 request_id=request_id,
-                spec=spec_rec if kind in ("CREATE", "UPDATE") else None,
+                spec=spec_rec if kind in (CommandKind.CREATE, CommandKind.UPDATE) else None,
                 state=lit(entry.state),  # type: ignore[arg-type]
                 applied_at_ms=now_ms,
                 effective_from_ms=entry.effective_from * 1000,
