@@ -52,7 +52,7 @@ def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
     """(key, value) pairs shaped like the burst's dispatch records: random 32-hex ids, a
     32-byte payload, the same tenant/handler and Avro layout."""
     from scheduler.processor import wire
-    from scheduler.processor.model import Occurrence
+    from scheduler.processor.model import DueOccurrence
     from scheduler.vocabulary import Lane
 
     stamp = wire.dispatch_stamp(int(time.time() * 1000))
@@ -60,7 +60,7 @@ def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
     out = []
     for _ in range(n):
         sid = uuid.uuid4().hex
-        occ = Occurrence(sid, "t0", 1, due, due, Lane.STRICT, "noop", b"x" * 32)
+        occ = DueOccurrence(sid, "t0", 1, due, due, Lane.STRICT, "noop", b"x" * 32)
         out.append((sid.encode(), wire.encode_dispatch(occ, stamp)))
     return out
 

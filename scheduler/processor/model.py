@@ -179,8 +179,10 @@ class Entry:
         return f"Entry({self.schedule_id!r} v{self.version} {self.state} next={self.next_for})"
 
 
-class Occurrence(NamedTuple):
-    """One occurrence handed to the dispatch topic (a tuple: a burst creates hundreds of thousands).
+class DueOccurrence(NamedTuple):
+    """One occurrence the tick hands to the dispatch topic (a tuple: a burst creates hundreds of
+    thousands). Its record on the wire is :class:`scheduler.records.Occurrence`; the two names
+    differ so that a reader never takes one for the other.
 
     ``prepared`` is the head of its dispatch record when it was encoded ahead of time.
     """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import Entry, Event, Occurrence
+from scheduler.processor.model import DueOccurrence, Entry, Event
 from scheduler.vocabulary import OccurrenceState
 
 
@@ -33,7 +33,7 @@ class CommandOutcome:
 class TickOutput:
     """The decisions of one tick, written in its transaction."""
 
-    dispatch: list[Occurrence] = field(default_factory=list)
+    dispatch: list[DueOccurrence] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     completed: list[Entry] = field(default_factory=list)  # schedules that reached COMPLETED
     throttled: dict[str, int] = field(default_factory=dict)  # occurrences emitted late by a quota
@@ -41,7 +41,7 @@ class TickOutput:
     dead: list[Attempt] = field(default_factory=list)  # occurrences declared DEAD (to the DLQ)
     purged: list[Entry] = field(default_factory=list)  # finished schedules past retention: tombstones
 
-    def throttled_by(self, occ: Occurrence, delay_s: int, quota: str) -> None:
+    def throttled_by(self, occ: DueOccurrence, delay_s: int, quota: str) -> None:
         """Record that ``occ`` was emitted ``delay_s`` late because of its tenant's ``quota``:
         counted, observed, and an ``ENQUEUED`` event says why (throttled work is delayed, never
         dropped, and never silently)."""

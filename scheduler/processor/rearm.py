@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, DueOccurrence, Entry
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
 from scheduler.vocabulary import Lane, Overlap
 
@@ -50,7 +50,7 @@ def _restore_catch_up(store: ShardStore, owner: Entry, span: tuple[int, int]) ->
     f: int | None = first
     while f is not None and f <= last:
         cq.append(
-            Occurrence(owner.schedule_id, owner.tenant, owner.version, f, store.available(owner, f),
+            DueOccurrence(owner.schedule_id, owner.tenant, owner.version, f, store.available(owner, f),
                        _CATCH_UP, owner.base.handler, owner.payload)
         )
         f = owner.compiled.next_after_epoch(f)

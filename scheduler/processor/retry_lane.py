@@ -12,7 +12,7 @@ from __future__ import annotations
 from scheduler.domain import occurrence_id
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.lifecycle import LifecycleContext, ReportResult, fail, finish
-from scheduler.processor.model import ACTIVE, COMPLETED, Entry, Event, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, DueOccurrence, Entry, Event
 from scheduler.processor.outputs import TickOutput
 from scheduler.vocabulary import ErrorClass, Lane, OccurrenceState, Overlap
 
@@ -65,7 +65,7 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
             continue
         at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
         out.dispatch.append(
-            Occurrence(
+            DueOccurrence(
                 sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload
             )
         )
@@ -102,7 +102,7 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
         bucket.spend(1, clock)
         a.attempt += 1
         at.reemitted(a, now)
-        occ = Occurrence(
+        occ = DueOccurrence(
             a.schedule_id,
             a.tenant,
             a.version,

@@ -26,7 +26,7 @@ from scheduler.domain import available_at
 from scheduler.processor.attempts import Attempt, Attempts, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.lifecycle import attempt_event
-from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, Entry, Event, Occurrence
+from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, DueOccurrence, Entry, Event
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.recent import Applied, recent_requests
 from scheduler.tenants import Tenant
@@ -75,7 +75,7 @@ class ShardStore:
         # Late occurrences waiting on the catch-up lane, per tenant; and per schedule the span
         # [next scheduled_for to emit, last (inclusive)], persisted on ksched.state (ScheduleRuntime)
         # whenever it changes, since the lane cursor that decided them has moved past them.
-        self.catch_up: dict[str, deque[Occurrence]] = {}
+        self.catch_up: dict[str, deque[DueOccurrence]] = {}
         self.catch_up_span: dict[str, tuple[int, int]] = {}
         self.catch_up_throttled: dict[str, int] = {}  # tenant -> since when its quota holds it back
         self.runtime_dirty: set[str] = set()  # schedules whose runtime state to rewrite this tick
@@ -207,12 +207,12 @@ class ShardStore:
         cq = self.catch_up.setdefault(e.tenant, deque())
         for sf, avail in late:
             cq.append(
-                Occurrence(
+                DueOccurrence(
                     e.schedule_id, e.tenant, e.version, sf, avail, _CATCH_UP, e.base.handler, e.payload
                 )
             )
 
-    def caught_up(self, occ: Occurrence) -> None:
+    def caught_up(self, occ: DueOccurrence) -> None:
         """Move the schedule's persisted catch-up span past an emitted catch-up occurrence."""
         span = self.catch_up_span.get(occ.schedule_id)
         if span is None:
@@ -235,7 +235,7 @@ class ShardStore:
         events: list[Event] = []
         q = self.catch_up.get(e.tenant)
         if q:
-            keep: deque[Occurrence] = deque()
+            keep: deque[DueOccurrence] = deque()
             for o in q:
                 if o.schedule_id == sid:
                     events.append(

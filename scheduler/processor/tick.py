@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from scheduler.domain.fire import fire_at
 from scheduler.processor.lanes import LaneQueue
-from scheduler.processor.model import ACTIVE, Entry, Event, Occurrence
+from scheduler.processor.model import ACTIVE, DueOccurrence, Entry, Event
 from scheduler.processor.outputs import TickOutput
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.retry_lane import admit, emit_retries
@@ -136,7 +136,7 @@ def fire(
         elif pol.overlap != Overlap.ALLOW and not admit(store, e, f, avail, out):
             nxt = e.compiled.next_after_epoch(f)
         else:
-            occ = Occurrence(
+            occ = DueOccurrence(
                 e.schedule_id, e.tenant, e.version, f, avail, int(e.lane), e.base.handler, e.payload, 1,
                 e.prepared,
             )

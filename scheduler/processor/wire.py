@@ -12,7 +12,7 @@ from typing import Any
 
 from scheduler.domain import occurrence_id
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import Entry, Event, Occurrence
+from scheduler.processor.model import DueOccurrence, Entry, Event
 from scheduler.processor.shard import CommandOutcome, Shard
 from scheduler.records import CommandResult, DlqEntry, OccurrenceEvent, encode
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
@@ -44,7 +44,7 @@ def dispatch_stamp(enqueued_at_ms: int) -> bytes:
     return avro_long(enqueued_at_ms)
 
 
-def encode_dispatch(o: Occurrence, stamp: bytes) -> bytes:
+def encode_dispatch(o: DueOccurrence, stamp: bytes) -> bytes:
     """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
     head = o.prepared
     if head is None:
