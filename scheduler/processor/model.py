@@ -10,6 +10,7 @@ what the tick needs.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import NamedTuple
@@ -94,6 +95,24 @@ def spec_parts(spec: ScheduleSpec) -> SpecParts:
         if len(_PARTS) >= _PARTS_LIMIT:
             _PARTS.clear()
         _PARTS[key] = parts
+    return parts
+
+
+_BY_CALLER_KEY = object()  # tags a caller's key, so that it never equals a _SPEC_KEY tuple
+
+
+def spec_parts_by(key: tuple[object, ...], build: Callable[[], ScheduleSpec]) -> SpecParts:
+    """The interned parts of a spec known by a caller's stable ``key`` of everything but its
+    payload (restore: a decoded record's spec fields); ``build`` makes the spec only on a
+    miss, so a shard's schedules are validated and compiled once per distinct spec, not once
+    each. Raises like :func:`spec_parts`."""
+    tagged = (_BY_CALLER_KEY, key)
+    parts = _PARTS.get(tagged)
+    if parts is None:
+        parts = spec_parts(build())
+        if len(_PARTS) >= _PARTS_LIMIT:
+            _PARTS.clear()
+        _PARTS[tagged] = parts
     return parts
 
 

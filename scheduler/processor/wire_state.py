@@ -7,10 +7,8 @@ Each converter has its inverse here: :func:`encode_schedule_change` / :func:`dec
 
 from __future__ import annotations
 
-from typing import Any
-
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import TERMINAL, Entry, SpecParts, spec_parts
+from scheduler.processor.model import TERMINAL, Entry, spec_parts_by
 from scheduler.processor.shard import ScheduleRuntimeView, Shard
 from scheduler.processor.wire import lit
 from scheduler.records import (
@@ -101,24 +99,6 @@ def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
         raise RecordDecodeError(f"state record {key!r} is a {cls.__name__}, not ShardState/ScheduleRuntime")
 
 
-# Keyed by the decoded record's fields, not by the domain spec: building the domain spec to look
-# up model.spec_parts costs ~24 us a schedule (validation), this lookup ~0.7 us, and restore
-# decodes every schedule of the shard. It goes when model.py can look its table up by such a key.
-_PARTS_BY_RECORD: dict[tuple[object, ...], SpecParts] = {}
-
-
-def _parts_of(spec: dict[str, Any]) -> SpecParts:
-    """The interned parts of a decoded spec record without its payload: restore validates
-    and compiles each distinct spec once, not once per schedule."""
-    key = tuple(spec.values())
-    parts = _PARTS_BY_RECORD.get(key)
-    if parts is None:
-        parts = spec_parts(ScheduleSpecRecord(**spec).to_domain())
-        if len(_PARTS_BY_RECORD) >= 100_000:
-            _PARTS_BY_RECORD.clear()
-        _PARTS_BY_RECORD[key] = parts
-    return parts
-
 
 def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now: int) -> bytes | None:
     """The ``ksched.state`` value of a schedule's runtime state; None (a tombstone) when empty."""
@@ -170,7 +150,7 @@ def decode_schedule_entry(value: bytes) -> Entry:
     spec = s["spec"]
     payload = spec.pop("payload")
     try:
-        parts = _parts_of(spec)
+        parts = spec_parts_by(tuple(spec.values()), lambda: ScheduleSpecRecord(**spec).to_domain())
     except (TypeError, ValueError, OverflowError) as exc:
         raise RecordDecodeError(f"schedule {s['schedule_id']}: invalid spec: {exc}") from None
     return Entry(
