@@ -19,7 +19,6 @@ restore            read the shard, then arm it                 :mod:`~.restore`,
 
 from __future__ import annotations
 
-from scheduler.domain import ScheduleSpec
 from scheduler.processor import commands, rearm, tick
 from scheduler.processor.outputs import CommandOutcome, TickOutput
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
@@ -30,30 +29,6 @@ __all__ = ["CommandOutcome", "ScheduleRuntimeView", "Shard", "TickOutput"]
 class Shard(ShardStore):
     """The state of shard ``shard_id`` (:class:`ShardStore`) with the entries of its roles."""
 
-    def apply(
-        self,
-        *,
-        kind: str,
-        request_id: str,
-        tenant: str,
-        schedule_id: str | None,
-        idempotency_key: str | None,
-        expected_version: int | None,
-        spec: ScheduleSpec | None,
-        issued_at: int,
-        now: int,
-    ) -> CommandOutcome:
-        """Apply one schedule command: :func:`scheduler.processor.commands.apply`."""
-        return commands.apply(
-            self, kind=kind, request_id=request_id, tenant=tenant, schedule_id=schedule_id,
-            idempotency_key=idempotency_key, expected_version=expected_version, spec=spec,
-            issued_at=issued_at, now=now,
-        )
-
-    def due(self, now: int, budget: int, clock: float) -> TickOutput:
-        """Decide the occurrences due now: :func:`scheduler.processor.tick.due`."""
-        return tick.due(self, now, budget, clock)
-
-    def finish_restore(self, now: int = 0) -> None:
-        """Arm the restored shard: :func:`scheduler.processor.rearm.finish_restore`."""
-        rearm.finish_restore(self, now)
+    apply = commands.apply  # one schedule command
+    due = tick.due  # the occurrences due now
+    finish_restore = rearm.finish_restore  # arm what restore read
