@@ -337,3 +337,28 @@ def test_a_started_report_of_an_occurrence_the_schedule_never_had_is_not_tracked
     assert s.attempts.inflight == {}
     runs = [d for n in range(T0, T0 + 60) for d in tick(s, n).dispatch]
     assert [(d.scheduled_for, d.attempt) for d in runs] == [(T0, 1)]  # nothing invented
+
+
+def test_queue_one_whose_running_occurrence_ends_in_the_tick_of_the_next_fire() -> None:
+    """Regression (found by the issue 10 review, older than it): the running occurrence ends in
+    the reports of the very tick that fires the next one; the gate then met the released one in
+    ``queued`` but nothing in ``occupying``, and the tick raised KeyError (a crash loop, since the
+    release is persisted). Now the next one is skipped while the released one is emitted."""
+    s = shard(overlap="QUEUE_ONE", lease_s=600)
+    assert [d.scheduled_for for d in tick(s, T0).dispatch] == [T0]
+    assert tick(s, T0 + 60).dispatch == []  # T0 + 60 queued behind the running T0
+    assert [e.state for e in report(s, "SUCCEEDED", T0, 1, "t", T0 + 120).events] == ["SUCCEEDED"]
+    out = tick(s, T0 + 120)
+    assert [d.scheduled_for for d in out.dispatch] == [T0 + 60]
+    skipped = [(e.scheduled_for, e.reason) for e in out.events if e.state == "SKIPPED_OVERLAP"]
+    assert skipped == [(T0 + 120, f"{occurrence_id('x', 1, T0 + 60)} still running (QUEUE_ONE)")]
+
+
+def test_a_report_of_attempt_zero_is_ignored_with_the_reason() -> None:
+    """Regression (issue 10 review): a FAILED report of attempt 0 raised in the backoff, which
+    made the processor rebuild the shard from Kafka on every such report."""
+    s = shard()
+    assert [d.scheduled_for for d in tick(s, T0).dispatch] == [T0]
+    res = report(s, "FAILED", T0, 0, "t", T0 + 5)
+    assert res.ignored == "attempt 0 does not exist (attempts count from 1)"
+    assert res.events == [] and res.dead == []

@@ -34,9 +34,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from scheduler.processor.model import Event
 from scheduler.processor.recent import LastN
 from scheduler.vocabulary import Overlap
 
+_ALLOW = Overlap.ALLOW  # a module global: read per report, cheaper than the class attribute
 FINISHED_MEMORY = 200_000  # occurrences remembered as finished, to drop duplicate reports
 # A retried occurrence's final attempt is persisted this long after it finished, so that a late
 # report of an older attempt (a zombie worker) is still fenced by a new owner after a failover.
@@ -74,7 +76,7 @@ def persisted_running(a: Attempt, overlap: str) -> bool:
     """Whether the in-flight (not retry-waiting) attempt ``a`` is written to ``ksched.state``:
     always for an overlap-tracked schedule (it occupies the schedule), else from the second
     attempt on (so that a new owner can fence the older attempts' reports)."""
-    return overlap != Overlap.ALLOW or a.attempt > 1
+    return overlap != _ALLOW or a.attempt > 1
 
 
 class Attempts:
@@ -261,3 +263,10 @@ class Attempts:
             mine.pop(a.occurrence_id, None)
             if not mine:
                 del self._by_schedule[a.schedule_id]
+
+
+def attempt_event(a: Attempt, state: str, reason: str | None) -> Event:
+    """The occurrence event of attempt ``a`` reaching ``state``."""
+    return Event(
+        a.occurrence_id, a.schedule_id, a.tenant, a.version, a.scheduled_for, state, reason, a.attempt
+    )

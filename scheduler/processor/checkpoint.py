@@ -42,8 +42,8 @@ from scheduler.processor import wire, wire_state
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.failpoints import FailpointHook
 from scheduler.processor.model import Entry, Event
+from scheduler.processor.outputs import CommandOutcome, TickOutput
 from scheduler.processor.ownership import Loss, OwnedShard
-from scheduler.processor.shard import CommandOutcome, TickOutput
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
 
@@ -178,14 +178,17 @@ class Checkpoint:
             self._failpoint.hit("before_produce")
         stamp = wire.dispatch_stamp(int(self.clock * 1000))
         producer, encode_dispatch = self.owned.producer, wire.encode_dispatch
+        produce = producer.produce
         by_tenant: dict[str, str] = {}
         for occ in out.dispatch:  # the hot path of a burst (hundreds of thousands): locals only
             topic = by_tenant.get(occ.tenant)
             if topic is None:
                 topic = by_tenant[occ.tenant] = topics.of("dispatch", occ.tenant)
-            produce_waiting(producer, topic, encode_dispatch(occ, stamp), occ.schedule_id.encode(), p)
-        if out.dispatch:
-            self._failpoint.hit("after_produce")
+            value, key = encode_dispatch(occ, stamp), occ.schedule_id.encode()
+            try:  # produce() itself first: a call less per record than produce_waiting
+                produce(topic, value, key, partition=p)
+            except BufferError:  # the client's queue is full: wait for room there
+                produce_waiting(producer, topic, value, key, p)
         self.lifecycle(out.events, out.dead, now)
         for entry in out.completed:
             self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)
@@ -196,6 +199,8 @@ class Checkpoint:
             self._produce(topics.of("versions", entry.tenant), None, key, p)
             self._produce(topics.state, None, key, p)
         producer.poll(0)
+        if out.dispatch:
+            self._failpoint.hit("after_produce")  # everything the tick produces is in the transaction
 
     # -- 3. write state -----------------------------------------------------------
     def write_state(self) -> None:

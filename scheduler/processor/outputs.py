@@ -1,7 +1,8 @@
 """What the shard's roles hand back to the runtime: a command's outcome and a tick's output.
 
 Both are plain data: the runtime turns them into records inside the tick's
-transaction (:mod:`scheduler.processor.codec`), so nothing here touches Kafka.
+transaction (:mod:`scheduler.processor.checkpoint`, :mod:`scheduler.processor.wire`), so nothing
+here touches Kafka.
 """
 
 from __future__ import annotations

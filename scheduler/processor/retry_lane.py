@@ -36,7 +36,9 @@ def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) 
         return True
     if overlap == Overlap.QUEUE_ONE and at.queue_one(e.schedule_id, oid, e.version, f):
         return False
-    running = at.occupying[e.schedule_id]
+    # In flight: the occupying occurrence, or (it ended in this tick's reports) the QUEUE_ONE one
+    # it released, which this tick's RETRY lane emits.
+    running = at.occupying.get(e.schedule_id) or at.queued[e.schedule_id][0]
     out.events.append(
         Event(
             oid,

@@ -5,8 +5,9 @@ its own module (Kafka Streams' store / processor / punctuator / restore):
 
 - :mod:`scheduler.processor.commands` applies schedule commands;
 - :mod:`scheduler.processor.tick` decides what is due (the punctuator);
-- :mod:`scheduler.processor.lifecycle` applies attempt reports and the RETRY
-  lane, through the narrow :class:`~scheduler.processor.lifecycle.LifecycleContext`;
+- :mod:`scheduler.processor.lifecycle` applies attempt reports, and
+  :mod:`scheduler.processor.retry_lane` runs the overlap gate and the RETRY lane,
+  both through the narrow :class:`~scheduler.processor.lifecycle.LifecycleContext`;
 - :mod:`scheduler.processor.rearm` is restore's last step (arm what was read).
 
 What lives here is what more than one role needs: arming a schedule in its
@@ -23,9 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduler.domain import available_at
-from scheduler.processor.attempts import Attempt, Attempts, persisted_running
+from scheduler.processor.attempts import Attempt, Attempts, attempt_event, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
-from scheduler.processor.lifecycle import attempt_event
 from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, DueOccurrence, Entry, Event
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.recent import Applied, recent_requests

@@ -20,6 +20,8 @@ from scheduler.processor.retry_lane import admit, emit_retries
 from scheduler.processor.store import ShardStore
 from scheduler.vocabulary import Lane, Misfire, OccurrenceState, Overlap
 
+# Enum members read from module globals: a class attribute lookup costs ~100 ns per occurrence.
+_ALLOW = Overlap.ALLOW
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
 PURGE_PER_TICK = 1_000  # finished schedules dropped per tick: keeps a mass expiry's transactions short
 
@@ -133,7 +135,7 @@ def fire(
         avail = store.available(e, f) if pol.window_s else f
         if ref - avail > pol.max_lateness_s:
             nxt = misfire(store, e, f, ref, out)
-        elif pol.overlap != Overlap.ALLOW and not admit(store, e, f, avail, out):
+        elif pol.overlap != _ALLOW and not admit(store, e, f, avail, out):
             nxt = e.compiled.next_after_epoch(f)
         else:
             occ = DueOccurrence(

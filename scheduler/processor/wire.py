@@ -13,7 +13,8 @@ from typing import Any
 from scheduler.domain import occurrence_id
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import DueOccurrence, Entry, Event
-from scheduler.processor.shard import CommandOutcome, Shard
+from scheduler.processor.outputs import CommandOutcome
+from scheduler.processor.store import ShardStore
 from scheduler.records import CommandResult, DlqEntry, OccurrenceEvent, encode
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, lane_symbol
@@ -71,7 +72,7 @@ def encode_event(ev: Event, now: int) -> bytes:
     )  # type: ignore[arg-type]
 
 
-def encode_dead_letter(a: Attempt, entry: Entry | None, shard: Shard, now: int) -> bytes:
+def encode_dead_letter(a: Attempt, entry: Entry | None, shard: ShardStore, now: int) -> bytes:
     """The DLQ record of a dead occurrence (handler and payload of the schedule as it now is)."""
     avail = shard.available(entry, a.scheduled_for) if entry is not None else a.scheduled_for
     return encode(

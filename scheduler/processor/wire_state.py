@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import TERMINAL, Entry, spec_parts_by
-from scheduler.processor.shard import ScheduleRuntimeView, Shard
+from scheduler.processor.store import ScheduleRuntimeView, ShardStore
 from scheduler.processor.wire import lit
 from scheduler.records import (
     FinishedAttempt,
@@ -40,7 +40,7 @@ def shard_state_key(p: int) -> bytes:
     return f"shard:{p}".encode()
 
 
-def encode_shard_state(shard: Shard, clock: float) -> bytes:
+def encode_shard_state(shard: ShardStore, clock: float) -> bytes:
     """The shard's cursors (its watermark) and throttled lanes as one ``ShardState`` record."""
     throttled = shard.throttled_map()
     cursors = tuple(
@@ -62,7 +62,7 @@ def encode_shard_state(shard: Shard, clock: float) -> bytes:
     )
 
 
-def restore_state_record(shard: Shard, key: bytes | None, value: bytes) -> None:
+def restore_state_record(shard: ShardStore, key: bytes | None, value: bytes) -> None:
     """Load one ``ksched.state`` record into a shard being restored (cursors, or one schedule's
     runtime state for :meth:`Shard.finish_restore`). Raises RecordDecodeError for another type."""
     cls = record_type(value)
