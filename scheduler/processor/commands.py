@@ -34,6 +34,8 @@ from scheduler.processor.store import ShardStore
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import CommandKind, RejectCode, ScheduleKind
 
+# Read per command: module globals, where an enum class attribute lookup costs ~100 ns.
+_CREATE, _UPDATE, _ONCE = CommandKind.CREATE, CommandKind.UPDATE, ScheduleKind.ONCE
 CLOCK_SKEW_S = 300  # a command's issued_at is trusted within this much of the shard's clock
 
 
@@ -94,7 +96,7 @@ def apply(
     (:func:`arm_new`).
     """
     sid = schedule_id or ""
-    done = store.recent.get(request_id) if kind != CommandKind.CREATE else None
+    done = store.recent.get(request_id) if kind != _CREATE else None
     if done is not None and done.schedule_id == sid and done.kind in (kind, ""):
         return CommandOutcome(
             request_id, done.tenant, done.schedule_id, True, version=done.version, kind=kind,
@@ -112,7 +114,7 @@ def apply(
     cmd = Command(kind, request_id, tenant, t, addressed, idempotency_key, expected_version, spec, None,
                   issued_at, now)
     outcome = _validate(store, cmd) or _dispatch(store, cmd)
-    if outcome.entry is not None and kind != CommandKind.CREATE:  # a create's replay: by its key and spec
+    if outcome.entry is not None and kind != _CREATE:  # a create's replay: by its key and spec
         store.recent.remember(request_id, Applied(cmd.schedule_id, tenant, kind, outcome.version))
         outcome.entry.last_request_id = request_id
     return outcome
@@ -127,10 +129,10 @@ def _address(
         return CommandOutcome("", tenant, sid, False, code=code, reason=reason, kind=kind)
 
     if not schedule_id:
-        if kind != CommandKind.CREATE:
+        if kind != _CREATE:
             return rej("", RejectCode.INVALID_COMMAND, f"schedule_id is required for {kind}")
         schedule_id = _new_id(store, tenant, key)
-    elif kind == CommandKind.CREATE and key is not None:
+    elif kind == _CREATE and key is not None:
         expected_id = schedule_id_for(tenant, key)
         if schedule_id != expected_id:
             return rej(
@@ -168,7 +170,7 @@ def _validate(store: ShardStore, c: Command) -> CommandOutcome | None:
     e = store.entries.get(c.schedule_id)
     if e is not None and e.tenant != c.tenant:
         return _not_found(c)
-    if c.kind in (CommandKind.CREATE, CommandKind.UPDATE):
+    if c.kind in (_CREATE, _UPDATE):
         if c.spec is None:
             return c.reject(RejectCode.INVALID_SPEC, f"{c.kind} needs a spec")
         try:
@@ -176,11 +178,11 @@ def _validate(store: ShardStore, c: Command) -> CommandOutcome | None:
         except (ValueError, OverflowError) as exc:  # SpecError is a ValueError
             return c.reject(RejectCode.INVALID_SPEC, str(exc))
     c.effective = min(max(c.effective, c.now - CLOCK_SKEW_S), c.now + CLOCK_SKEW_S)
-    if c.parts is not None and c.parts.compiled.kind == ScheduleKind.ONCE:
+    if c.parts is not None and c.parts.compiled.kind == _ONCE:
         # A one-time job's time is its own: a client clock running ahead must not skip it.
         c.effective = min(c.effective, c.now)
         too_old = _too_old_once(c.parts, c.now)
-        replay = c.kind == CommandKind.CREATE and e is not None  # (answered by _create_again)
+        replay = c.kind == _CREATE and e is not None  # (answered by _create_again)
         if too_old is not None and not replay:
             return c.reject(RejectCode.INVALID_SPEC, too_old)
     return None
@@ -204,7 +206,7 @@ def _too_old_once(parts: SpecParts, now: int) -> str | None:
 def _dispatch(store: ShardStore, c: Command) -> CommandOutcome:
     """Step 6."""
     e = store.entries.get(c.schedule_id)
-    if c.kind == CommandKind.CREATE:
+    if c.kind == _CREATE:
         return _create(store, c, e)
     if e is None:
         return _not_found(c)
