@@ -36,7 +36,7 @@ def test_apply_creates_everything_then_reports_no_change(
     existing = admin_client(bootstrap).list_topics(timeout=10).topics
     for plan in desired_topics(kafka_settings, ["acme"]):
         assert plan.name in existing
-        assert len(existing[plan.name].partitions) == kafka_settings.partitions
+        assert len(existing[plan.name].partitions) == plan.partitions
     dispatch = _configs(bootstrap, topic_name(kafka_settings, "dispatch", "acme"))
     assert dispatch["message.timestamp.type"] == "LogAppendTime"
     assert _configs(bootstrap, topic_name(kafka_settings, "schedules"))["cleanup.policy"] == "compact"
