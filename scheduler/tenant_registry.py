@@ -169,7 +169,7 @@ class TenantRegistry:
         # Follow from where the read ended (read_to_end leaves the consumer unassigned).
         c.assign([TopicPartition(self.topic, tp.partition, self._next.get(tp.partition, OFFSET_BEGINNING))
                   for tp in tps])
-        log.info("tenants: %d records read from %s; %d tenants registered (%d seeded from %s only)",
+        log.info("tenants: %d records read from %s; %d tenants registered (%d only in the seed file %s)",
                  n, self.topic, len(self.table.target), len(self.table.unseeded()),
                  self.settings.tenants_file)
         return self
