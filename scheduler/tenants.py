@@ -1,7 +1,10 @@
-"""Tenants and their quotas, kept in a TOML file (setting ``tenants_file``).
+"""Tenants and their quotas; the TOML seed file (setting ``tenants_file``).
 
-Pure data, no Kafka. The processor reads the registry at start; a command
-for a tenant that is not in it is rejected with ``UNKNOWN_TENANT``.
+Pure data, no Kafka. The registry of record is the compacted topic ``ksched.tenants``
+(:mod:`scheduler.tenant_registry` follows it, :mod:`scheduler.tenant_admin` writes it); the
+TOML file seeds it: a tenant the file names and the topic has never mentioned is served
+from the file, and ``ksched topics apply`` / ``ksched tenants`` write it to the topic.
+A command for a tenant that is in neither is rejected with ``UNKNOWN_TENANT``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from scheduler.domain.bounds import TENANT_NAME
+from scheduler.vocabulary import TenantState
 
 _NAME = TENANT_NAME  # one rule for the registry, the SDK and the CLI
 
@@ -32,6 +36,15 @@ class Tenant:
     max_running: int = 64
     retry_budget_per_min: int = 600
     max_schedules: int = 1_000_000
+    state: TenantState = TenantState.ACTIVE
+
+    @property
+    def active(self) -> bool:
+        return self.state == TenantState.ACTIVE
+
+
+QUOTAS: tuple[str, ...] = tuple(f.name for f in fields(Tenant) if f.name not in ("name", "state"))
+"""The quota fields of :class:`Tenant`, in order (the TOML keys and the CLI's ``--flags``)."""
 
 
 def validate_name(name: str) -> str:
@@ -43,42 +56,43 @@ def validate_name(name: str) -> str:
     return name
 
 
+_MAX_QUOTA = (1 << 63) - 1  # an Avro long (TenantRecord)
+
+
+def check_quota(key: str, value: object, where: str = "") -> int:
+    """``value`` as the quota ``key``: a non-negative integer that fits an Avro long; TenantError
+    naming the field, the value and the fix otherwise (``where`` prefixes the message)."""
+    if key not in QUOTAS:
+        raise TenantError(f"{where}unknown quota {key!r}; known: {', '.join(QUOTAS)}")
+    if type(value) is not int or not 0 <= value <= _MAX_QUOTA:
+        raise TenantError(f"{where}{key} = {value!r} must be a non-negative integer (0: no limit for a rate)")
+    return value
+
+
 def load_tenants(path: Path) -> dict[str, Tenant]:
-    """Read the registry; a missing file is an empty registry."""
+    """Read the seed file; a missing file seeds nothing."""
     if not path.is_file():
         return {}
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise TenantError(f"tenants file {path}: {exc}") from None
-    known = {f.name for f in fields(Tenant)} - {"name"}
     out: dict[str, Tenant] = {}
     for name, quotas in data.get("tenants", {}).items():
         validate_name(name)
-        unknown = set(quotas) - known
-        if unknown:
-            raise TenantError(
-                f"tenants file {path}: tenant {name}: unknown quota {sorted(unknown)[0]!r}; "
-                f"known: {', '.join(sorted(known))}"
-            )
-        for key, value in quotas.items():
-            if not isinstance(value, int) or value < 0:
-                raise TenantError(
-                    f"tenants file {path}: tenant {name}: {key} = {value!r} must be a "
-                    "non-negative integer"
-                )
+        for key in sorted(quotas):
+            check_quota(key, quotas[key], f"tenants file {path}: tenant {name}: ")
         out[name] = Tenant(name=name, **quotas)
     return out
 
 
 def save_tenants(path: Path, tenants: dict[str, Tenant]) -> None:
-    """Write the registry atomically (write a temp file, then rename)."""
-    lines = ["# ksched tenants and their quotas; `ksched tenants add NAME` appends here.", ""]
+    """Write the seed file atomically (write a temp file, then rename); quotas only."""
+    lines = ["# ksched tenants and their quotas: the seed of the registry topic (`ksched topics apply`).", ""]
     for name in sorted(tenants):
         lines.append(f"[tenants.{name}]")
-        for f in fields(Tenant):
-            if f.name != "name":
-                lines.append(f"{f.name} = {getattr(tenants[name], f.name)}")
+        for q in QUOTAS:
+            lines.append(f"{q} = {getattr(tenants[name], q)}")
         lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tenants.")
@@ -88,7 +102,8 @@ def save_tenants(path: Path, tenants: dict[str, Tenant]) -> None:
 
 
 def add_tenant(path: Path, tenant: Tenant) -> bool:
-    """Register ``tenant`` (replacing its quotas if present). Returns True if it was new."""
+    """Add ``tenant`` to the seed file ``path`` (replacing its quotas if present; a seeded tenant
+    is changed through the registry topic instead). Returns True if it was new."""
     validate_name(tenant.name)
     tenants = load_tenants(path)
     new = tenant.name not in tenants

@@ -26,6 +26,8 @@ class TopicDecl:
     timestamp_type: str  # CreateTime | LogAppendTime
     retention_ms: int | None = None
     segment_ms: int | None = None  # compacted topics: a segment rolls (and can be cleaned) this often
+    delete_retention_ms: int | None = None  # compacted topics: how long a tombstone is kept
+    partitions: int | None = None  # None: the shard count (setting ``partitions``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,10 +60,11 @@ def load_declarations(path: Path | None = None) -> tuple[dict[str, dict[str, int
                 f"topic {name}: timestamp_type {raw.get('timestamp_type')!r} "
                 "is not CreateTime or LogAppendTime"
             )
-        if raw.get("partitions") != "shards":
+        partitions = raw.get("partitions")
+        if partitions != "shards" and not (type(partitions) is int and partitions >= 1):
             raise TopologyError(
-                f"topic {name}: partitions {raw.get('partitions')!r}: only \"shards\" is supported, "
-                "every schedule-keyed topic shares the shard count"
+                f"topic {name}: partitions {partitions!r}: use \"shards\" (every schedule-keyed "
+                "topic shares the shard count) or a fixed count of at least 1 for a topic keyed otherwise"
             )
         decls.append(
             TopicDecl(
@@ -71,6 +74,8 @@ def load_declarations(path: Path | None = None) -> tuple[dict[str, dict[str, int
                 timestamp_type=raw["timestamp_type"],
                 retention_ms=raw.get("retention_ms"),
                 segment_ms=raw.get("segment_ms"),
+                delete_retention_ms=raw.get("delete_retention_ms"),
+                partitions=None if partitions == "shards" else partitions,
             )
         )
     return envs, decls
@@ -100,12 +105,14 @@ def desired_topics(settings: Settings, tenants: Iterable[str]) -> list[TopicPlan
             configs["retention.ms"] = str(d.retention_ms)
         if d.segment_ms is not None:
             configs["segment.ms"] = str(d.segment_ms)
+        if d.delete_retention_ms is not None:
+            configs["delete.retention.ms"] = str(d.delete_retention_ms)
         owners: list[str | None] = [None] if d.scope == "cluster" else list(tenant_list)
         for tenant in owners:
             plans.append(
                 TopicPlan(
                     name=topic_name(settings, d.name, tenant),
-                    partitions=settings.partitions,
+                    partitions=d.partitions or settings.partitions,
                     replication_factor=env["replication_factor"],
                     configs=configs,
                 )

@@ -134,6 +134,21 @@ class RejectCode(StrEnum):
     CONFLICT = "CONFLICT"
     TERMINAL = "TERMINAL"
     INTERNAL = "INTERNAL"
+    TENANT_DISABLED = "TENANT_DISABLED"
+
+
+# --- tenants (TenantRecord.avsc) -------------------------------------------------------------------
+
+
+class TenantState(StrEnum):
+    """Whether a tenant is served: DISABLED refuses its commands and records its due occurrences
+    MISSED until it is enabled again (``ksched tenants disable | enable``)."""
+
+    ACTIVE = "ACTIVE"
+    DISABLED = "DISABLED"
+
+
+TenantStateSymbol = Literal["ACTIVE", "DISABLED"]
 
 
 # --- occurrences and attempts ----------------------------------------------------------------------
@@ -211,6 +226,6 @@ class ErrorClass(StrEnum):
 
 VOCABULARY: Final[tuple[type[StrEnum] | type[IntEnum], ...]] = (
     ScheduleKind, Nonexistent, Repeated, Misfire, Overlap, ScheduleState, CommandKind, CommandStatus,
-    OccurrenceState, AttemptReportKind, Lane,
+    OccurrenceState, AttemptReportKind, Lane, TenantState,
 )
 """The enums that mirror an Avro enum of the same name in ``schemas/``."""

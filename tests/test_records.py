@@ -380,6 +380,7 @@ def test_public_api_is_pinned() -> None:
             "ScheduleRuntime",
             "ScheduleSpecRecord",
             "ShardState",
+            "TenantRecord",
             "VersionRecord",
             "current_schema",
             "decode",

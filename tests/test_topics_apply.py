@@ -10,7 +10,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from scheduler.cli import main
 from scheduler.kafka.admin import admin_client, apply_topics
 from scheduler.settings import Settings
-from scheduler.tenants import load_tenants
+from scheduler.tenant_registry import read_registry
 from scheduler.topology import desired_topics, topic_name
 
 pytestmark = pytest.mark.kafka
@@ -27,7 +27,7 @@ def test_apply_creates_everything_then_reports_no_change(
     kafka_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["tenants", "add", "acme", "--trigger-rate-per-s", "500"]) == 0
-    assert load_tenants(kafka_settings.tenants_file)["acme"].trigger_rate_per_s == 500
+    assert read_registry(kafka_settings).target["acme"].trigger_rate_per_s == 500
     capsys.readouterr()
     assert main(["topics", "apply"]) == 0
     assert capsys.readouterr().out.strip() == "topics: up to date, no change"
@@ -36,7 +36,7 @@ def test_apply_creates_everything_then_reports_no_change(
     existing = admin_client(bootstrap).list_topics(timeout=10).topics
     for plan in desired_topics(kafka_settings, ["acme"]):
         assert plan.name in existing
-        assert len(existing[plan.name].partitions) == kafka_settings.partitions
+        assert len(existing[plan.name].partitions) == plan.partitions
     dispatch = _configs(bootstrap, topic_name(kafka_settings, "dispatch", "acme"))
     assert dispatch["message.timestamp.type"] == "LogAppendTime"
     assert _configs(bootstrap, topic_name(kafka_settings, "schedules"))["cleanup.policy"] == "compact"

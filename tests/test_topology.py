@@ -9,7 +9,7 @@ from scheduler.tenants import Tenant, TenantError, add_tenant, load_tenants
 from scheduler.topology import desired_topics
 
 DESIGN_TOPICS = {
-    "commands", "schedules", "schedule-history", "state", "results", "occurrence-events",
+    "tenants", "commands", "schedules", "schedule-history", "state", "results", "occurrence-events",
 }
 TENANT_TOPICS = {"versions", "dispatch", "dlq"}
 
@@ -20,7 +20,10 @@ def test_every_design_topic_is_declared_per_environment() -> None:
     assert names == {f"ks.{t}" for t in DESIGN_TOPICS} | {
         f"ks.{t}.{x}" for t in TENANT_TOPICS for x in ("a", "b")
     }
-    assert {p.partitions for p in local} == {6}
+    assert {p.partitions for p in local if p.name != "ks.tenants"} == {6}
+    tenants = next(p for p in local if p.name == "ks.tenants")  # keyed by tenant name, not schedule
+    assert tenants.partitions == 1 and tenants.configs["cleanup.policy"] == "compact"
+    assert int(tenants.configs["delete.retention.ms"]) > 10 * 365 * 86_400_000  # tombstones stay
     assert {p.replication_factor for p in local} == {1}
     prod = desired_topics(Settings(namespace="ks", environment="production"), ["a"])
     assert {p.replication_factor for p in prod} == {3}

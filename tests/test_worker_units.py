@@ -11,6 +11,7 @@ import pytest
 
 from scheduler.cli import main
 from scheduler.tenants import Tenant, add_tenant
+from scheduler.vocabulary import TenantState
 from scheduler.worker import (
     CANCELED_CLASS,
     Canceled,
@@ -139,8 +140,10 @@ def test_worker_config_errors(tmp_path: Path) -> None:
 
     settings = load_settings(env={"KSCHED_TENANTS_FILE": str(tmp_path / "tenants.toml")})
     with pytest.raises(WorkerConfigError, match=r"tenant 'nobody' is not registered.*ksched tenants add"):
-        Worker(settings, tenant="nobody", handlers={})
-    tenants = {"t": Tenant(name="t", max_running=7)}
+        Worker(settings, tenant="nobody", handlers={}, tenants={})
+    tenants = {"t": Tenant(name="t", max_running=7), "off": Tenant(name="off", state=TenantState.DISABLED)}
+    with pytest.raises(WorkerConfigError, match=r"tenant 'off' is disabled.*ksched tenants enable off"):
+        Worker(settings, tenant="off", handlers={}, tenants=tenants)
     assert Worker(settings, tenant="t", handlers={}, tenants=tenants).concurrency == 7
     with pytest.raises(WorkerConfigError, match="concurrency = 0"):
         Worker(settings, tenant="t", handlers={}, tenants=tenants, concurrency=0)
@@ -167,7 +170,6 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         (["--tenant", "t", "--handlers", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
         (["--tenant", "t", "--handlers", "{mod}:missing"], "has no attribute 'missing'"),
         (["--tenant", "t", "--handlers", "{mod}:not_handlers"], "int is not a Handlers object"),
-        (["--tenant", "nobody", "--handlers", "{mod}"], "tenant 'nobody' is not registered"),
         (["--tenant", "t", "--handlers", ":x"], "give a module"),
     ],
 )

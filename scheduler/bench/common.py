@@ -36,12 +36,12 @@ class BenchNamespace:
 
 
 def bench_namespace(tenants: list[Tenant], **env: str) -> BenchNamespace:
-    """Create ``bench-<random>``: register ``tenants`` and apply every topic (``env`` is added to
+    """Create ``bench-<random>``: apply every topic and register ``tenants`` (``env`` is added to
     the environment handed to the processes the benchmark starts)."""
-    from scheduler.kafka.admin import admin_client, apply_topics
+    from scheduler.kafka.admin import admin_client
     from scheduler.settings import load_settings
-    from scheduler.tenants import add_tenant, load_tenants
-    from scheduler.topology import desired_topics
+    from scheduler.tenant_admin import apply_all
+    from scheduler.tenants import add_tenant
 
     name = f"bench-{secrets.token_hex(3)}"
     folder = Path(tempfile.mkdtemp(prefix="ksched-bench-"))
@@ -51,7 +51,7 @@ def bench_namespace(tenants: list[Tenant], **env: str) -> BenchNamespace:
     for t in tenants:
         add_tenant(registry, t)
     admin = admin_client(settings.bootstrap_servers)
-    apply_topics(admin, desired_topics(settings, load_tenants(registry)))
+    apply_all(settings)  # the topics, then the registry seeded from the namespace's seed file
     return BenchNamespace(name, folder, full_env, settings, admin)
 
 

@@ -25,9 +25,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
+    from scheduler.cli import UsageError
     from scheduler.processor.metrics import ProcessorMetrics
     from scheduler.processor.runtime import Processor
     from scheduler.settings import load_settings
+    from scheduler.tenant_registry import RegistryMissing
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
@@ -38,5 +40,8 @@ def _run(args: argparse.Namespace) -> int:
         )
     proc = Processor(settings, instance_id=args.instance_id, tick_budget=args.tick_budget, metrics=metrics)
     proc.install_signal_handlers()
-    proc.run()
+    try:
+        proc.run()
+    except RegistryMissing as exc:
+        raise UsageError(str(exc)) from None
     return 0

@@ -1,65 +1,215 @@
-"""``ksched tenants add NAME | list``: register tenants and create their topics."""
+"""``ksched tenants add | update | list | disable | enable | remove``: the tenant registry.
+
+The registry is the compacted topic ``<namespace>.tenants``; every command reads it to its end
+and writes it (:mod:`scheduler.tenant_admin`). Running processors apply a change from their
+next loop iteration, no restart. The tenants file (setting ``tenants_file``) is only a seed:
+each write first copies into the topic the file's tenants the topic has never mentioned.
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+from dataclasses import replace
 from typing import Any
+
+_QUOTA_HELP = {
+    "trigger_rate_per_s": "on-time occurrences emitted per second, cluster-wide (0: no limit)",
+    "catch_up_rate_per_s": "late (catch-up) occurrences emitted per second, cluster-wide (0: no limit)",
+    "max_running": "handlers running at once per worker process (its default --concurrency)",
+    "retry_budget_per_min": "retries emitted per minute, cluster-wide (0: no limit)",
+    "max_schedules": "active or paused schedules the tenant may hold",
+}
 
 
 def register(sub: Any) -> None:
-    from scheduler.tenants import Tenant
+    from scheduler.tenants import QUOTAS
 
-    p: argparse.ArgumentParser = sub.add_parser("tenants", help="register tenants and quotas")
+    p: argparse.ArgumentParser = sub.add_parser("tenants", help="the tenant registry: quotas and state")
     tsub = p.add_subparsers(dest="tenants_cmd", metavar="ACTION")
     tsub.required = True
-    a = tsub.add_parser("add", help="register a tenant (or update its quotas) and create its topics")
-    a.add_argument("name")
-    for f in fields(Tenant):
-        if f.name != "name":
-            a.add_argument(f"--{f.name.replace('_', '-')}", type=int, default=None)
-    a.add_argument("--no-topics", action="store_true", help="only write the registry")
+    a = tsub.add_parser("add", help="register a tenant (quotas not given: defaults) and create its topics")
+    u = tsub.add_parser("update", help="change a registered tenant's quotas (in force within seconds)")
+    for cmd in (a, u):
+        cmd.add_argument("name")
+        for q in QUOTAS:
+            cmd.add_argument(f"--{q.replace('_', '-')}", dest=q, type=int, default=None, help=_QUOTA_HELP[q])
+    a.add_argument("--no-topics", action="store_true",
+                   help="only write the registry (its topics must exist before its first command)")
     a.set_defaults(handler=_add)
-    ls = tsub.add_parser("list", help="list registered tenants and quotas")
+    u.set_defaults(handler=_update)
+    for action, helptext, handler in (
+        ("disable", "refuse the tenant's commands; its due occurrences are recorded MISSED", _disable),
+        ("enable", "serve a disabled tenant again (its schedules fire from their next time)", _enable),
+        ("remove", "remove a disabled tenant from the registry (its topics are kept)", _remove),
+    ):
+        c = tsub.add_parser(action, help=helptext)
+        c.add_argument("name")
+        c.set_defaults(handler=handler)
+    ls = tsub.add_parser("list", help="list registered tenants, their state and quotas")
     ls.set_defaults(handler=_list)
+
+
+def _quotas(args: argparse.Namespace) -> dict[str, Any]:
+    """The quota flags given, checked (the message names the flag, the value and the fix)."""
+    from scheduler.cli import UsageError
+    from scheduler.tenants import QUOTAS, TenantError, check_quota
+
+    out: dict[str, Any] = {}
+    for q in QUOTAS:
+        value = getattr(args, q)
+        if value is not None:
+            try:
+                out[q] = check_quota(q, value, f"--{q.replace('_', '-')}: ")
+            except TenantError as exc:
+                raise UsageError(str(exc)) from None
+    return out
+
+
+def _settings_and_table(name: str) -> tuple[Any, Any]:
+    from scheduler.cli import UsageError
+    from scheduler.settings import load_settings
+    from scheduler.tenant_admin import TenantAdminError, current
+    from scheduler.tenants import TenantError, validate_name
+
+    try:
+        validate_name(name)
+    except TenantError as exc:
+        raise UsageError(str(exc)) from None
+    settings = load_settings()
+    try:
+        return settings, current(settings)
+    except TenantAdminError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _registered(table: Any, name: str) -> Any:
+    from scheduler.cli import UsageError
+
+    t = table.target.get(name)
+    if t is None:
+        raise UsageError(f"tenant {name!r} is not registered: add it with `ksched tenants add {name}`")
+    return t
+
+
+def _write(settings: Any, table: Any, name: str, tenant: Any) -> None:
+    """Write ``tenant`` (None: remove ``name``), as a usage error when the registry cannot be written."""
+    from scheduler.cli import UsageError
+    from scheduler.tenant_admin import TenantAdminError, put, remove
+
+    try:
+        if tenant is None:
+            remove(settings, table, name)
+        else:
+            put(settings, table, tenant)
+    except TenantAdminError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _add(args: argparse.Namespace) -> int:
     from scheduler.cli import UsageError
-    from scheduler.cli.topics_cmd import apply_all, print_changes
+    from scheduler.cli.topics_cmd import print_changes
     from scheduler.kafka.admin import AdminError
-    from scheduler.settings import load_settings
-    from scheduler.tenants import Tenant, TenantError, add_tenant, load_tenants
+    from scheduler.tenant_admin import TenantAdminError, apply_all
+    from scheduler.tenants import Tenant
 
-    settings = load_settings()
-    current = load_tenants(settings.tenants_file).get(args.name)
-    quotas = {
-        f.name: getattr(args, f.name)
-        for f in fields(Tenant)
-        if f.name != "name" and getattr(args, f.name) is not None
-    }
-    base = current or Tenant(name=args.name)
-    try:
-        tenant = Tenant(**{**{f.name: getattr(base, f.name) for f in fields(Tenant)}, **quotas})
-        new = add_tenant(settings.tenants_file, tenant)
-    except TenantError as exc:
-        raise UsageError(str(exc)) from None
-    print(f"tenant {args.name}: {'registered' if new else 'updated'} in {settings.tenants_file}")
-    if not args.no_topics:
+    settings, table = _settings_and_table(args.name)
+    quotas = _quotas(args)
+    have = table.target.get(args.name)
+    if have is not None:
+        raise UsageError(
+            f"tenant {args.name!r} is already registered ({have.state}): change its quotas with "
+            f"`ksched tenants update {args.name} --<quota> N`"
+        )
+    if not args.no_topics:  # topics first: no processor may see the tenant before they exist
         try:
-            print_changes(apply_all(), dry_run=False)
-        except AdminError as exc:
+            changes, _ = apply_all(settings, extra=[args.name])
+        except (AdminError, TenantAdminError) as exc:
             raise UsageError(str(exc)) from None
+        print_changes(changes, dry_run=False)
+    _write(settings, table, args.name, Tenant(name=args.name, **quotas))
+    print(f"tenant {args.name}: registered in {table_topic(settings)}")
+    return 0
+
+
+def _update(args: argparse.Namespace) -> int:
+    from scheduler.cli import UsageError
+
+    quotas = _quotas(args)
+    if not quotas:
+        raise UsageError(f"tenants update {args.name}: give a quota to change, e.g. --trigger-rate-per-s 500")
+    settings, table = _settings_and_table(args.name)
+    before = _registered(table, args.name)
+    _write(settings, table, args.name, replace(before, **quotas))
+    changed = ", ".join(f"{q} {getattr(before, q)} -> {v}" for q, v in quotas.items())
+    print(f"tenant {args.name}: {changed}")
+    return 0
+
+
+def _set_state(args: argparse.Namespace, active: bool) -> int:
+    from scheduler.vocabulary import TenantState
+
+    settings, table = _settings_and_table(args.name)
+    before = _registered(table, args.name)
+    word = "enabled" if active else "disabled"
+    if before.active == active:
+        print(f"tenant {args.name}: already {word}")
+        return 0
+    state = TenantState.ACTIVE if active else TenantState.DISABLED
+    _write(settings, table, args.name, replace(before, state=state))
+    if active:
+        print(f"tenant {args.name}: enabled; its schedules fire again from their next time")
+    else:
+        print(f"tenant {args.name}: disabled; its commands are refused (TENANT_DISABLED) and each of its "
+              f"due occurrences is recorded MISSED until `ksched tenants enable {args.name}`")
+    return 0
+
+
+def _disable(args: argparse.Namespace) -> int:
+    return _set_state(args, active=False)
+
+
+def _enable(args: argparse.Namespace) -> int:
+    return _set_state(args, active=True)
+
+
+def _remove(args: argparse.Namespace) -> int:
+    from scheduler.cli import UsageError
+
+    settings, table = _settings_and_table(args.name)
+    before = _registered(table, args.name)
+    if before.active:
+        # The registry cannot tell cheaply whether the tenant still has schedules (they live in
+        # the shards): a tenant is removed only once an admin has stopped it on purpose.
+        raise UsageError(
+            f"tenant {args.name!r} is ACTIVE: disable it first (`ksched tenants disable {args.name}`), "
+            "cancel its schedules, then remove it"
+        )
+    _write(settings, table, args.name, None)
+    print(f"tenant {args.name}: removed; its commands are answered UNKNOWN_TENANT. Its topics are kept "
+          "(delete them with your Kafka tools once their data is no longer needed)")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     from scheduler.settings import load_settings
-    from scheduler.tenants import Tenant, load_tenants
+    from scheduler.tenant_admin import TenantAdminError, current
+    from scheduler.tenants import QUOTAS
 
     settings = load_settings()
-    names = [f.name for f in fields(Tenant)]
-    print("  ".join(names))
-    for t in load_tenants(settings.tenants_file).values():
-        print("  ".join(str(getattr(t, n)) for n in names))
+    try:
+        table = current(settings)
+    except TenantAdminError as exc:
+        from scheduler.cli import UsageError
+
+        raise UsageError(str(exc)) from None
+    print("  ".join(["name", "state", *QUOTAS, "source"]))
+    for name, t in sorted(table.target.items()):
+        source = "registry" if name in table.topic else "seed file only (run `ksched topics apply`)"
+        print("  ".join([name, str(t.state), *(str(getattr(t, q)) for q in QUOTAS), source]))
     return 0
+
+
+def table_topic(settings: Any) -> str:
+    from scheduler.tenant_registry import tenants_topic
+
+    return tenants_topic(settings)

@@ -18,16 +18,15 @@ def register(sub: Any) -> None:
 
 
 def apply_all(dry_run: bool = False) -> list[Any]:
-    """Apply the topics of every registered tenant; returns the changes."""
-    from scheduler.kafka.admin import admin_client, apply_topics
+    """Apply the topics of every registered tenant, then seed the tenant registry from the seed
+    file (:func:`scheduler.tenant_admin.apply_all`); returns the topic changes."""
     from scheduler.settings import load_settings
-    from scheduler.tenants import load_tenants
-    from scheduler.topology import desired_topics
+    from scheduler.tenant_admin import apply_all as apply_and_seed
 
-    settings = load_settings()
-    tenants = load_tenants(settings.tenants_file)
-    plans = desired_topics(settings, tenants)
-    return apply_topics(admin_client(settings.bootstrap_servers), plans, dry_run=dry_run)
+    changes, seeded = apply_and_seed(load_settings(), dry_run=dry_run)
+    for name in seeded:
+        print(f"tenant {name}: seeded from the tenants file into the registry")
+    return changes
 
 
 def print_changes(changes: list[Any], dry_run: bool) -> None:
@@ -42,23 +41,28 @@ def print_changes(changes: list[Any], dry_run: bool) -> None:
 def _apply(args: argparse.Namespace) -> int:
     from scheduler.cli import UsageError
     from scheduler.kafka.admin import AdminError
+    from scheduler.tenant_admin import TenantAdminError
 
     try:
         changes = apply_all(dry_run=args.dry_run)
-    except AdminError as exc:
+    except (AdminError, TenantAdminError) as exc:
         raise UsageError(str(exc)) from None
     print_changes(changes, args.dry_run)
     return 1 if any(c.action == "drift" for c in changes) else 0
 
 
 def _list(args: argparse.Namespace) -> int:
+    from scheduler.cli import UsageError
     from scheduler.kafka.admin import admin_client
     from scheduler.settings import load_settings
-    from scheduler.tenants import load_tenants
+    from scheduler.tenant_admin import TenantAdminError, current
     from scheduler.topology import desired_topics
 
     settings = load_settings()
-    plans = desired_topics(settings, load_tenants(settings.tenants_file))
+    try:
+        plans = desired_topics(settings, current(settings).target)
+    except TenantAdminError as exc:
+        raise UsageError(str(exc)) from None
     existing = admin_client(settings.bootstrap_servers).list_topics(timeout=10).topics
     for plan in plans:
         state = "present" if plan.name in existing else "missing"

@@ -50,6 +50,7 @@ def read_to_end(
     tps: list[TopicPartition],
     on_record: Callable[[Message], None],
     timeout_s: float = 600,
+    poll_s: float = 0.5,
 ) -> int:
     """Feed every committed record of the partitions ``tps`` from the start to ``on_record``.
 
@@ -58,7 +59,8 @@ def read_to_end(
     All partitions are read at once (the client fetches them in parallel) and
     each ends at its end as ``read_committed`` sees it (the last stable offset);
     raises TimeoutError naming the partitions not yet at their end if that
-    takes longer than ``timeout_s``.
+    takes longer than ``timeout_s``. ``poll_s`` is the wait of each batch: a batch returns
+    early only when full, so a small topic read at start wants a short one.
     """
     pending: set[tuple[str, int]] = set()
     start: list[TopicPartition] = []
@@ -77,7 +79,7 @@ def read_to_end(
         while pending:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"restore did not reach the end of {sorted(pending)} in {timeout_s}s")
-            for m in consumer.consume(num_messages=10_000, timeout=0.5):
+            for m in consumer.consume(num_messages=10_000, timeout=poll_s):
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

@@ -80,7 +80,7 @@ def apply(
     """Validate and apply one schedule command; never raises for bad input.
 
     1. a ``request_id`` already applied is answered as it was, and changes nothing;
-    2. the tenant must be registered;
+    2. the tenant must be registered and not disabled;
     3. the schedule id: given, or derived for a CREATE (from the idempotency key,
        or a fresh one of this shard);
     4. it must belong to this partition (the producer keyed it by schedule id);
@@ -103,10 +103,9 @@ def apply(
             reason=f"request {request_id} was already applied (replay): nothing changed",
         )
     t = store.tenants.get(tenant)
-    if t is None:
-        why = f"tenant {tenant!r} is not registered: run `ksched tenants add {tenant}`"
-        return CommandOutcome(request_id, tenant, sid, False, code=RejectCode.UNKNOWN_TENANT, reason=why,
-                              kind=kind)
+    if t is None or not t.active:
+        code, why = _tenant_refused(tenant, t)
+        return CommandOutcome(request_id, tenant, sid, False, code=code, reason=why, kind=kind)
     addressed = _address(store, kind, tenant, schedule_id, idempotency_key)
     if not isinstance(addressed, str):
         addressed.request_id = request_id
@@ -118,6 +117,18 @@ def apply(
         store.recent.remember(request_id, Applied(cmd.schedule_id, tenant, kind, outcome.version))
         outcome.entry.last_request_id = request_id
     return outcome
+
+
+def _tenant_refused(tenant: str, t: Tenant | None) -> tuple[RejectCode, str]:
+    """Step 2's rejection: the tenant is not registered, or it is disabled."""
+    if t is None:
+        return RejectCode.UNKNOWN_TENANT, (
+            f"tenant {tenant!r} is not registered: run `ksched tenants add {tenant}`"
+        )
+    return RejectCode.TENANT_DISABLED, (
+        f"tenant {tenant!r} is disabled: its commands are refused and its schedules do not fire "
+        f"until an admin runs `ksched tenants enable {tenant}`"
+    )
 
 
 def _address(

@@ -3,7 +3,8 @@
 In step 2 of the tick, :func:`admit` gates every on-time emission of a schedule
 whose overlap policy is not ALLOW, and :func:`emit_retries` runs the RETRY
 lane: released ``QUEUE_ONE`` occurrences, expired leases (failed attempts), due
-retries within the tenant's retry budget. Both work through the narrow
+retries within the tenant's retry budget; a disabled tenant's retries and releases wait
+(delayed, never dropped) until it is enabled. Both work through the narrow
 :class:`~scheduler.processor.lifecycle.LifecycleContext`.
 """
 
@@ -17,6 +18,7 @@ from scheduler.processor.outputs import TickOutput
 from scheduler.vocabulary import ErrorClass, Lane, OccurrenceState, Overlap
 
 _RETRY = int(Lane.RETRY)
+DISABLED_RECHECK_S = 5  # a retry of a disabled tenant waits this long before it is looked at again
 
 
 def admit(ctx: LifecycleContext, e: Entry, f: int, avail: int, out: TickOutput) -> bool:
@@ -58,20 +60,7 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
     tenant's retry budget; a throttled retry waits a second, it is never dropped). Returns the
     budget left."""
     at = ctx.attempts
-    while ctx.attempts.released and budget > 0:
-        sid, oid, version, f = ctx.attempts.released.pop(0)
-        at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
-        at.dirty.add(sid)
-        e = ctx.entries.get(sid)
-        if e is None or e.version != version or e.state not in (ACTIVE, COMPLETED):
-            continue
-        at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
-        out.dispatch.append(
-            DueOccurrence(
-                sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload
-            )
-        )
-        budget -= 1
+    budget = _emit_released(ctx, budget, out)
     at.arm_start_leases(now)  # occurrences the overlap gate emitted in this tick
     for a in at.expired_leases(now):
         res = ReportResult()
@@ -86,14 +75,17 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
         out.dead.extend(res.dead)
     for a in at.due_retries(now):
         e = ctx.entries.get(a.schedule_id)
-        if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
+        quota = ctx.tenants.get(a.tenant)
+        why = _unwanted(e, a, quota is None)
+        if why is not None or e is None:
             res = ReportResult()
-            why = "schedule changed or canceled before the retry"
             finish(ctx, a, OccurrenceState.CANCELED, why, res, now)
             ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
             out.events.extend(res.events)
             continue
-        quota = ctx.tenants.get(a.tenant)
+        if quota is not None and not quota.active:  # held, not dropped, while its tenant is disabled
+            at.retry(a, now + DISABLED_RECHECK_S, a.last_error_class, a.last_error_message)
+            continue
         rate = quota.retry_budget_per_min / 60 if quota else 0
         bucket = ctx.retry_bucket(a.tenant, rate)
         if budget <= 0 or bucket.available(clock) < 1:
@@ -120,4 +112,45 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
         if since is not None and now > since:
             out.throttled_by(occ, now - since, "retry_budget_per_min")
         budget -= 1
+    return budget
+
+
+def _unwanted(e: Entry | None, a: Attempt, removed: bool) -> str | None:
+    """Why a due retry of ``a`` is not emitted but recorded CANCELED, or None."""
+    if e is None or e.version != a.version or e.state not in (ACTIVE, COMPLETED):
+        return "schedule changed or canceled before the retry"
+    if removed:
+        return f"tenant {a.tenant} is not registered (removed) before the retry"
+    return None
+
+
+def _emit_released(ctx: LifecycleContext, budget: int, out: TickOutput) -> int:
+    """The released QUEUE_ONE occurrences (their running predecessor ended); one of a disabled
+    tenant stays released until it is enabled, one of a removed tenant is CANCELED. Returns
+    the budget left."""
+    at = ctx.attempts
+    held: list[tuple[str, str, int, int]] = []
+    while at.released and budget > 0:
+        sid, oid, version, f = item = at.released.pop(0)
+        e = ctx.entries.get(sid)
+        quota = ctx.tenants.get(e.tenant) if e is not None else None
+        if quota is not None and not quota.active:
+            held.append(item)
+            continue
+        at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
+        at.dirty.add(sid)
+        if e is None or e.version != version or e.state not in (ACTIVE, COMPLETED):
+            continue
+        if quota is None:
+            why = f"tenant {e.tenant} is not registered (removed)"
+            out.events.append(Event(oid, sid, e.tenant, version, f, OccurrenceState.CANCELED, why, 1))
+            continue
+        at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
+        out.dispatch.append(
+            DueOccurrence(
+                sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload
+            )
+        )
+        budget -= 1
+    at.released[:0] = held
     return budget

@@ -28,7 +28,8 @@ from scheduler.processor.inbox import Inbox
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.ownership import Loss, OwnedShard, Ownership
 from scheduler.settings import Settings
-from scheduler.tenants import Tenant, load_tenants
+from scheduler.tenant_registry import TenantRegistry
+from scheduler.tenants import Tenant
 from scheduler.topology import load_declarations
 from scheduler.vocabulary import OccurrenceState
 
@@ -53,7 +54,13 @@ class Processor:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.tenants = tenants if tenants is not None else load_tenants(settings.tenants_file)
+        # Injected tenants are fixed (tests); otherwise the live registry fills and follows this
+        # very dict, which the shards and the inbox share (updated in place, on the loop thread).
+        self.registry: TenantRegistry | None = None
+        if tenants is None:
+            tenants = {}
+            self.registry = TenantRegistry(settings, tenants)
+        self.tenants = tenants
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
         self.tick_budget = settings.tick_budget if tick_budget is None else tick_budget
         self.metrics = metrics or ProcessorMetrics()
@@ -97,6 +104,8 @@ class Processor:
             },
         )
         self._warn_short_retention()
+        if self.registry is not None:
+            self.registry.start()  # the whole registry before the first shard: no command races it
         self.consumer = Consumer(cfg)
         self.ownership.join(self.consumer)
         log.info("processor %s joined group %s", self.instance_id, self.ownership.group_id)
@@ -108,6 +117,8 @@ class Processor:
             self.checkpoints.shutdown()  # no commit may still run on a dropped producer
             self.ownership.give_up_all()
             self.consumer.close()
+            if self.registry is not None:
+                self.registry.close()
             log.info("processor %s stopped", self.instance_id)
 
     def _warn_short_retention(self) -> None:
@@ -126,7 +137,10 @@ class Processor:
 
     # -- the loop ---------------------------------------------------------------
     def _loop_once(self) -> None:
-        """Poll, then tick every owned shard with one clock value; join the commits before the next poll."""
+        """Follow the tenant registry, poll, then tick every owned shard with one clock value; join
+        the commits before the next poll."""
+        if self.registry is not None:
+            self.registry.poll()  # never blocks; a change is in force for this iteration's ticks
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in self._poll(self._prepare_ahead(self._poll_timeout())):
             err = m.error()

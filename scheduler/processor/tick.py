@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from scheduler.domain import occurrence_id
 from scheduler.domain.fire import fire_at
 from scheduler.processor.lanes import LaneQueue
 from scheduler.processor.model import ACTIVE, DueOccurrence, Entry, Event
@@ -18,6 +19,7 @@ from scheduler.processor.outputs import TickOutput
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.retry_lane import admit, emit_retries
 from scheduler.processor.store import ShardStore
+from scheduler.tenants import Tenant
 from scheduler.vocabulary import Lane, Misfire, OccurrenceState, Overlap
 
 # Enum members read from module globals: a class attribute lookup costs ~100 ns per occurrence.
@@ -39,17 +41,63 @@ def due(store: ShardStore, now: int, budget: int, clock: float) -> TickOutput:
     store.ticked_at = now
     out = TickOutput()
     tenants = sorted({t for t, _ in store.queues} | set(store.catch_up))
+    stopped = {t: why for t in tenants if (why := stopped_reason(t, store.tenants.get(t))) is not None}
+    serving = [t for t in tenants if t not in stopped] if stopped else tenants
     for lane in (Lane.STRICT, Lane.FLEXIBLE):
-        budget = _emit_lane(store, lane, tenants, now, budget, clock, out)
-    for tenant in tenants:
+        budget = _emit_lane(store, lane, serving, now, budget, clock, out)
+    for tenant in serving:
         budget = _emit_catch_up(store, tenant, now, budget, clock, out)
-    emit_retries(store, now, budget, clock, out)
+    budget = emit_retries(store, now, budget, clock, out)
+    for tenant, why in stopped.items():  # last: recording what is not emitted is never urgent
+        budget = _miss_stopped(store, tenant, why, now, budget, out)
     out.purged = store.purge(now, PURGE_PER_TICK)
     # Idle lanes' cursors follow time so the watermark advances.
     for q in store.queues.values():
         if q.next_due() is None or (q.next_due() or 0) > now:
             q.take(now, 0)
     return out
+
+
+def stopped_reason(tenant: str, quota: Tenant | None) -> str | None:
+    """Why ``tenant``'s due occurrences are not emitted (the reason of their MISSED events), or
+    None when it is served: it is disabled, or no longer registered (removed)."""
+    if quota is None:
+        return f"tenant {tenant} is not registered (removed): its schedules do not fire"
+    if not quota.active:
+        return f"tenant {tenant} is disabled: its schedules fire again after `ksched tenants enable {tenant}`"
+    return None
+
+
+def _miss_stopped(store: ShardStore, tenant: str, why: str, now: int, budget: int, out: TickOutput) -> int:
+    """A stopped tenant's due occurrences, on-time and catch-up, each recorded MISSED with ``why``
+    (one event per occurrence: nothing is left out silently) and the schedule re-armed at its
+    next fire time, so emission resumes with the first one due after the tenant is enabled.
+    Events count against the tick's budget (they are records of its transaction); returns
+    what is left."""
+    for lane in (Lane.STRICT, Lane.FLEXIBLE):
+        q = store.queues.get((tenant, lane))
+        if q is None or budget <= 0:
+            continue
+        q.throttled_from = None  # a quota no longer holds it back
+        taken = q.take(now, budget)
+        budget -= len(taken)
+        for obj in taken:
+            e: Entry = obj  # type: ignore[assignment]
+            f = e.next_for
+            if f is None or e.state != ACTIVE:
+                continue
+            oid = occurrence_id(e.schedule_id, e.version, f)
+            out.events.append(Event(oid, e.schedule_id, tenant, e.version, f, OccurrenceState.MISSED, why))
+            _rearm(store, e, e.compiled.next_after_epoch(f), now, out)
+    store.catch_up_throttled.pop(tenant, None)
+    cq = store.catch_up.get(tenant)
+    while cq and budget > 0:
+        occ = cq.popleft()
+        store.caught_up(occ)
+        out.events.append(Event(occ.occurrence_id, occ.schedule_id, tenant, occ.version, occ.scheduled_for,
+                                OccurrenceState.MISSED, why))
+        budget -= 1
+    return budget
 
 
 def _emit_lane(
@@ -147,7 +195,7 @@ def fire(
             if throttled_from is not None and now > max(avail, throttled_from):
                 out.throttled_by(occ, now - max(avail, throttled_from), "trigger_rate_per_s")
             nxt = e.compiled.next_after_epoch(f)
-        e.prepared = None
+        e.prepared = None  # (the hot path: _rearm's steps inline, a call per occurrence saved)
         if nxt is None:
             store.complete(e, now)
             out.completed.append(e)
@@ -155,6 +203,17 @@ def fire(
             e.next_for = nxt
             store.queue(e.tenant, e.lane).arm(e, store.available(e, nxt))
     return emitted
+
+
+def _rearm(store: ShardStore, e: Entry, nxt: int | None, now: int, out: TickOutput) -> None:
+    """Arm ``e`` (just taken from its lane) at its next fire time ``nxt``; None: it is COMPLETED."""
+    e.prepared = None
+    if nxt is None:
+        store.complete(e, now)
+        out.completed.append(e)
+    else:
+        e.next_for = nxt
+        store.queue(e.tenant, e.lane).arm(e, store.available(e, nxt))
 
 
 def misfire(store: ShardStore, e: Entry, f: int, now: int, out: TickOutput) -> int | None:

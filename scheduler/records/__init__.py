@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         ScheduleRuntime,
         ScheduleSpecRecord,
         ShardState,
+        TenantRecord,
         VersionRecord,
     )
 
@@ -78,6 +79,7 @@ __all__ = [
     "ScheduleRuntime",
     "ScheduleSpecRecord",
     "ShardState",
+    "TenantRecord",
     "VersionRecord",
     "current_schema",
     "decode",

@@ -32,6 +32,8 @@ from scheduler.vocabulary import (
     ScheduleKindSymbol,
     ScheduleState,
     ScheduleStateSymbol,
+    TenantState,
+    TenantStateSymbol,
 )
 
 
@@ -92,7 +94,7 @@ class CommandResult:
     # Human-readable reason of a rejection, naming the field when there is one.
     reason: str | None = None
     # Machine-readable rejection code: INVALID_SPEC, UNKNOWN_TENANT, STALE_VERSION, QUOTA_EXCEEDED,
-    # UNDECODABLE, NOT_FOUND, TERMINAL, ... (a string, so new codes never break old readers).
+    # UNDECODABLE, NOT_FOUND, TERMINAL, TENANT_DISABLED, ... (a string, so new codes never break old readers).
     code: str | None = None
     # When the processor handled the command (epoch ms UTC).
     processed_at_ms: int
@@ -496,6 +498,34 @@ class LaneCursor:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TenantRecord:
+    """Avro ``ksched.v1.TenantRecord``: A tenant, its quotas and its state, on ksched.tenants (compacted,
+    keyed by the tenant name; a tombstone removes the tenant). Written by `ksched tenants`; every
+    processor and worker follows the topic live. Rates are cluster-wide per second (per minute for the
+    retry budget).
+    """
+
+    AVRO_NAME: ClassVar[str] = "ksched.v1.TenantRecord"
+
+    # Tenant name (the record key too): 1-40 lower-case letters, digits and '-', starting with a letter.
+    name: str
+    # ACTIVE or DISABLED.
+    state: TenantState | TenantStateSymbol = "ACTIVE"
+    # On-time occurrences emitted per second, across all shards; 0: no limit.
+    trigger_rate_per_s: int
+    # Late (catch-up) occurrences emitted per second, across all shards; 0: no limit.
+    catch_up_rate_per_s: int
+    # Handlers running at once in one worker process of the tenant (its default concurrency).
+    max_running: int
+    # Retries emitted per minute, across all shards; 0: no limit.
+    retry_budget_per_min: int
+    # Active or paused schedules the tenant may hold.
+    max_schedules: int
+    # When this record was written (epoch ms UTC).
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class VersionRecord:
     """Avro ``ksched.v1.VersionRecord``: Current version and state of a schedule for a tenant's workers'
     pre-effect recheck, on ksched.versions.<tenant> (compacted).
@@ -522,13 +552,13 @@ class VersionRecord:
 
 Record = (
     AttemptReport | CommandResult | DlqEntry | Occurrence | OccurrenceEvent | Schedule | ScheduleCommand |
-    ScheduleHistoryEntry | ScheduleRuntime | ShardState | VersionRecord
+    ScheduleHistoryEntry | ScheduleRuntime | ShardState | TenantRecord | VersionRecord
 )
 """Any top-level record (one that travels on its own, single-object encoded)."""
 
 TOP_LEVEL: tuple[type[Record], ...] = (
     AttemptReport, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, Schedule, ScheduleCommand,
-    ScheduleHistoryEntry, ScheduleRuntime, ShardState, VersionRecord,
+    ScheduleHistoryEntry, ScheduleRuntime, ShardState, TenantRecord, VersionRecord,
 )
 NESTED: tuple[type[
     RunningAttempt | RetryTimer | QueuedOccurrence | FinishedAttempt | ScheduleSpecRecord | LaneCursor

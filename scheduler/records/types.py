@@ -33,6 +33,7 @@ from scheduler.records._generated import (
     ScheduleRuntime,
     ScheduleSpecRecord,
     ShardState,
+    TenantRecord,
     VersionRecord,
 )
 
@@ -59,5 +60,6 @@ __all__ = [
     "ScheduleRuntime",
     "ScheduleSpecRecord",
     "ShardState",
+    "TenantRecord",
     "VersionRecord",
 ]

@@ -21,7 +21,8 @@ from confluent_kafka import Consumer
 
 from scheduler.kafka.clients import consumer_config, producer
 from scheduler.settings import Settings
-from scheduler.tenants import Tenant, load_tenants
+from scheduler.tenant_registry import RegistryMissing, read_registry, tenants_topic
+from scheduler.tenants import Tenant
 from scheduler.topology import topic_name
 from scheduler.worker.errors import WorkerConfigError
 from scheduler.worker.execute import Executor, Job
@@ -42,8 +43,10 @@ class Worker:
     partition revocation waits for running handlers before leaving their
     offsets uncommitted (redelivered elsewhere). ``heartbeat_s`` must stay well
     below the processor's lease (setting ``lease_s``). Raises
-    :class:`WorkerConfigError` for an unknown tenant or a bad limit; :meth:`run`
-    raises it for missing topics.
+    :class:`WorkerConfigError` for a bad limit, or an unknown or disabled tenant of the
+    injected ``tenants``; :meth:`run` raises it for missing topics and, without injected
+    ``tenants``, for a tenant the registry (``ksched.tenants`` over the seed file) does not
+    have or has disabled.
     """
 
     def __init__(
@@ -59,15 +62,14 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         tenants: Mapping[str, Tenant] | None = None,
     ) -> None:
-        registry = tenants if tenants is not None else load_tenants(settings.tenants_file)
-        if tenant not in registry:
-            raise WorkerConfigError(
-                f"tenant {tenant!r} is not registered in {settings.tenants_file}; "
-                f"add it with `ksched tenants add {tenant}`"
-            )
-        self.concurrency = concurrency if concurrency is not None else registry[tenant].max_running
-        if self.concurrency < 1:
-            raise WorkerConfigError(f"concurrency = {self.concurrency}: must be at least 1")
+        self.settings, self.tenant = settings, tenant
+        self._tenants = tenants  # None: the registry (ksched.tenants) is read when run() starts
+        self._concurrency = concurrency
+        self.concurrency = concurrency or 0  # the tenant's max_running unless given: set by the check
+        if concurrency is not None and concurrency < 1:
+            raise WorkerConfigError(f"concurrency = {concurrency}: must be at least 1")
+        if tenants is not None:
+            self._check_tenant(tenants)
         if grace_s < 0 or heartbeat_s <= 0:
             raise WorkerConfigError(
                 f"grace_s = {grace_s}, heartbeat_s = {heartbeat_s}: grace must be >= 0, heartbeat > 0 seconds"
@@ -78,7 +80,6 @@ class Worker:
                 f"heartbeat_s = {heartbeat_s}: must be well below the setting lease_s = {settings.lease_s} "
                 f"(e.g. {settings.lease_s / 6:g}), or raise KSCHED_LEASE_S"
             )
-        self.settings, self.tenant = settings, tenant
         self.handlers = Handlers.of(handlers)
         self.worker_id = worker_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
         self.grace_s, self.heartbeat_s = grace_s, heartbeat_s
@@ -91,6 +92,35 @@ class Worker:
         self._ready = threading.Event()
         self._intake: Intake | None = None
         self._beats: Heartbeats | None = None
+
+    def _check_tenant(self, registry: Mapping[str, Tenant]) -> None:
+        """The tenant must be registered and enabled; its ``max_running`` is the default concurrency."""
+        t = registry.get(self.tenant)
+        if t is None:
+            raise WorkerConfigError(
+                f"tenant {self.tenant!r} is not registered (not in the {tenants_topic(self.settings)} "
+                f"topic nor the seed file {self.settings.tenants_file}); add it with "
+                f"`ksched tenants add {self.tenant}`"
+            )
+        if not t.active:
+            raise WorkerConfigError(
+                f"tenant {self.tenant!r} is disabled: its schedules do not fire; enable it with "
+                f"`ksched tenants enable {self.tenant}`, then start the worker"
+            )
+        self.concurrency = self._concurrency if self._concurrency is not None else t.max_running
+        if self.concurrency < 1:
+            raise WorkerConfigError(
+                f"concurrency = {self.concurrency} (tenant {self.tenant}'s max_running): must be at least 1; "
+                f"pass --concurrency or `ksched tenants update {self.tenant} --max-running N`"
+            )
+
+    def _read_registry(self) -> None:
+        """At start, without injected tenants: the registry as it is now (the worker does not follow
+        it: a tenant disabled later keeps its running workers, which finish what was dispatched)."""
+        try:
+            self._check_tenant(read_registry(self.settings).target)
+        except RegistryMissing as exc:
+            raise WorkerConfigError(str(exc)) from None
 
     # -- lifecycle --------------------------------------------------------------
     def stop(self, *, abandon: bool = False) -> None:
@@ -116,6 +146,8 @@ class Worker:
         Start-up: the versions view is read to its end before anything runs.
         Shutdown: stop consuming, wait up to ``grace_s`` for running handlers,
         deliver their reports, commit what finished, leave the group."""
+        if self._tenants is None:
+            self._read_registry()
         previous = self._install_signals()
         try:
             self.view.start()

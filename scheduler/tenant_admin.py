@@ -1,0 +1,121 @@
+"""Writing the tenant registry ``ksched.tenants``: what ``ksched tenants`` and ``ksched topics
+apply`` do (the admin's side; :mod:`scheduler.tenant_registry` is the readers').
+
+Every write is acknowledged by the broker (``acks=all``, idempotent producer) before it
+returns; processors apply it from their next loop iteration. Two admins writing the same
+tenant at once: the later record wins (last writer wins, as for any compacted key).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from scheduler.kafka.admin import admin_client, apply_topics
+from scheduler.kafka.clients import producer
+from scheduler.settings import Settings
+from scheduler.tenant_registry import (
+    RegistryMissing,
+    TenantTable,
+    encode_tenant,
+    read_registry,
+    tenants_topic,
+)
+from scheduler.tenants import Tenant, load_tenants
+from scheduler.topology import desired_topics
+
+
+class TenantAdminError(RuntimeError):
+    """The registry could not be read or written; the message names the topic and the fix."""
+
+
+def current(settings: Settings) -> TenantTable:
+    """The registry now: the topic read to its end over the seed file; a missing topic is an
+    empty one (a fresh cluster before ``ksched topics apply``)."""
+    try:
+        return read_registry(settings)
+    except RegistryMissing:
+        return TenantTable({}, load_tenants(settings.tenants_file))
+    except KafkaException as exc:
+        raise TenantAdminError(_unreachable(settings, exc)) from None
+
+
+def publish(settings: Settings, records: Iterable[tuple[str, Tenant | None]]) -> list[str]:
+    """Write one record per ``(name, tenant)`` (None: a tombstone) and wait for the broker's
+    acknowledgement; returns the names written. Raises :class:`TenantAdminError`."""
+    records = list(records)
+    if not records:
+        return []
+    topic = tenants_topic(settings)
+    failed: list[str] = []
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            failed.append(f"{(msg.key() or b'').decode()}: {err.str()}")
+
+    p = producer(settings.bootstrap_servers, **{"client.id": "ksched-tenants-admin", "linger.ms": 0})
+    now_ms = int(time.time() * 1000)
+    names: list[str] = []
+    for name, tenant in records:
+        value = None if tenant is None else encode_tenant(tenant, now_ms)
+        p.produce(topic, value, name.encode(), on_delivery=delivered)
+        names.append(name)
+    left = p.flush(30)
+    if failed or left:
+        why = failed[0] if failed else f"{left} records not acknowledged within 30 s"
+        raise TenantAdminError(
+            f"writing {topic}: {why}: check the broker (`ksched kafka status`) and that the topic "
+            "exists (`ksched topics apply`)"
+        )
+    return names
+
+
+def seed(settings: Settings, table: TenantTable) -> list[str]:
+    """Write the seed file's tenants that the topic has never mentioned (a tombstone counts: a
+    removed tenant stays removed); returns their names. ``table`` then holds them as read."""
+    todo = table.unseeded()
+    names = publish(settings, [(t.name, t) for t in todo])
+    for t in todo:
+        table.apply(t.name.encode(), encode_tenant(t, 0))  # as a later read would see it
+    return names
+
+
+def put(settings: Settings, table: TenantTable, tenant: Tenant) -> None:
+    """Seed what is unseeded, then write ``tenant``."""
+    seed(settings, table)
+    publish(settings, [(tenant.name, tenant)])
+
+
+def remove(settings: Settings, table: TenantTable, name: str) -> None:
+    """Seed what is unseeded, then tombstone ``name``."""
+    seed(settings, table)
+    publish(settings, [(name, None)])
+
+
+def apply_all(
+    settings: Settings, *, dry_run: bool = False, extra: Iterable[str] = ()
+) -> tuple[list[Any], list[str]]:
+    """Create or fix every topic (the cluster's, and each registered tenant's and ``extra``'s),
+    then seed the registry from the seed file. Returns (topic changes, tenants seeded).
+
+    Topics first: a tenant's topics exist before any processor can see it registered (a
+    dispatch to a missing topic would fail the shard's transaction)."""
+    table = current(settings)
+    names = set(table.target) | set(extra)
+    try:
+        changes = apply_topics(admin_client(settings.bootstrap_servers), desired_topics(settings, names),
+                               dry_run=dry_run)
+    except KafkaException as exc:
+        raise TenantAdminError(_unreachable(settings, exc)) from None
+    seeded = [] if dry_run else seed(settings, table)
+    return changes, seeded
+
+
+def _unreachable(settings: Settings, exc: KafkaException) -> str:
+    return (
+        f"cannot read {tenants_topic(settings)} at {settings.bootstrap_servers}: {exc.args[0]}; "
+        "start the broker (`ksched kafka start`) or set KSCHED_BOOTSTRAP"
+    )
