@@ -195,13 +195,7 @@ def fire(
             if throttled_from is not None and now > max(avail, throttled_from):
                 out.throttled_by(occ, now - max(avail, throttled_from), "trigger_rate_per_s")
             nxt = e.compiled.next_after_epoch(f)
-        e.prepared = None  # (the hot path: _rearm's steps inline, a call per occurrence saved)
-        if nxt is None:
-            store.complete(e, now)
-            out.completed.append(e)
-        else:
-            e.next_for = nxt
-            store.queue(e.tenant, e.lane).arm(e, store.available(e, nxt))
+        _rearm(store, e, nxt, now, out)
     return emitted
 
 
