@@ -21,6 +21,7 @@ from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.shard import CommandOutcome, Shard
 from scheduler.records import AttemptReport, RecordDecodeError, ScheduleCommand, decode_command_topic
 from scheduler.tenants import Tenant
+from scheduler.vocabulary import RejectCode
 
 log = logging.getLogger("ksched.processor")
 
@@ -45,7 +46,7 @@ def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) 
         if value is not None and len(value) > MAX_ID_CHARS:
             return CommandOutcome(
                 cmd.request_id[:MAX_ID_CHARS], cmd.tenant[:MAX_ID_CHARS], "", False,
-                code="INVALID_COMMAND", kind=cmd.kind,
+                code=RejectCode.INVALID_COMMAND, kind=cmd.kind,
                 reason=f"{name} is {len(value)} characters long; the limit is {MAX_ID_CHARS}",
             )
     spec: ScheduleSpec | None = None
@@ -55,7 +56,7 @@ def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) 
         except (ValueError, OverflowError) as exc:
             return CommandOutcome(
                 cmd.request_id, cmd.tenant, cmd.schedule_id or "", False,
-                code="INVALID_SPEC", reason=str(exc), kind=cmd.kind,
+                code=RejectCode.INVALID_SPEC, reason=str(exc), kind=cmd.kind,
             )
     return shard.apply(
         kind=cmd.kind,
@@ -108,7 +109,7 @@ class Inbox:
                 )
             decoded = decode_command_topic(raw)
         except RecordDecodeError as exc:
-            self.metrics.rejected.labels(tenant="?", code="UNDECODABLE").inc()
+            self.metrics.rejected.labels(tenant="?", code=RejectCode.UNDECODABLE).inc()
             cp.undecodable(m.offset(), m.key(), str(exc), now)
             return False
         if isinstance(decoded, AttemptReport):
@@ -141,7 +142,7 @@ class Inbox:
             bug = True  # memory may be half-changed: after this commit, restore it
             outcome = CommandOutcome(
                 cmd.request_id[:MAX_ID_CHARS], cmd.tenant[:MAX_ID_CHARS],
-                cmd.schedule_id or "", False, code="INTERNAL", kind=cmd.kind,
+                cmd.schedule_id or "", False, code=RejectCode.INTERNAL, kind=cmd.kind,
                 reason=f"the processor could not apply this command ({type(exc).__name__}: {exc}); "
                 "it is in the processor's log: please report it",
             )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import DueOccurrence, Entry, Event
-from scheduler.vocabulary import OccurrenceState
+from scheduler.vocabulary import OccurrenceState, RejectCode
 
 
 @dataclass(slots=True)
@@ -23,7 +23,7 @@ class CommandOutcome:
     schedule_id: str
     accepted: bool
     version: int | None = None
-    code: str | None = None
+    code: RejectCode | None = None  # a rejection's code: only the vocabulary's
     reason: str | None = None
     kind: str = ""
     entry: Entry | None = None  # the schedule as it now is (accepted changes only)

@@ -17,7 +17,7 @@ from scheduler.processor.outputs import CommandOutcome
 from scheduler.processor.store import ShardStore
 from scheduler.records import CommandResult, DlqEntry, OccurrenceEvent, encode
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
-from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, lane_symbol
+from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
 
 MAX_REASON_CHARS = 2000
 LANE_NAMES: tuple[LaneSymbol, ...] = tuple(lane_symbol(lane) for lane in Lane)  # by Lane value
@@ -127,7 +127,7 @@ def encode_undecodable_result(
             reason=f"record at partition {partition} offset {offset} (key {sent!r}): {reason}"[
                 :MAX_REASON_CHARS
             ],
-            code="UNDECODABLE",
+            code=RejectCode.UNDECODABLE,
             processed_at_ms=now * 1000,
         )
     )
