@@ -71,7 +71,7 @@ def send(settings: Settings, occ: Occurrence, kind: str, attempt: int, token: st
         worker_id="test", reported_at_ms=int(time.time() * 1000), **kw,  # type: ignore[arg-type]
     )
     prod = producer(settings.bootstrap_servers)
-    prod.produce(topic_name(settings, "commands"), encode(rep), occ.schedule_id.encode())
+    prod.produce(topic_name(settings, "commands", occ.tenant), encode(rep), occ.schedule_id.encode())
     assert prod.flush(30) == 0
 
 
