@@ -114,7 +114,7 @@ def test_a_past_one_time_from_the_command_line_fires_or_is_missed(
 
     settings, _ = stack
     dispatch = Reader(settings, topic_name(settings, "dispatch", "ct"), Occurrence)
-    events = Reader(settings, topic_name(settings, "occurrence-events"), OccurrenceEvent)
+    events = Reader(settings, topic_name(settings, "occurrence-events", "ct"), OccurrenceEvent)
     try:
         past = int(time.time()) - 10
         at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(past))
@@ -154,7 +154,7 @@ def test_throttled_work_is_delayed_at_the_cluster_wide_rate_never_missed_and_cou
     settings, port = stack
     n = 120  # 15 s of work at 8/s
     dispatch = Reader(settings, topic_name(settings, "dispatch", "slow"), Occurrence)
-    events = Reader(settings, topic_name(settings, "occurrence-events"), OccurrenceEvent)
+    events = Reader(settings, topic_name(settings, "occurrence-events", "slow"), OccurrenceEvent)
     try:
         due = int(time.time()) + 8
         ids = create_many(settings, "slow", [(f"t{i}", once(due, misfire="SKIP", max_lateness_s=3))

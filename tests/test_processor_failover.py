@@ -612,7 +612,7 @@ def test_ten_minute_outage_applies_each_misfire_policy(isolated: Settings) -> No
     assert len(expected_dispatch) == 14 and len(expected_missed) == 26
 
     dispatch = TopicReader(settings, [topic_name(settings, "dispatch", tenant)], Occurrence)
-    events = TopicReader(settings, [topic_name(settings, "occurrence-events")], OccurrenceEvent)
+    events = TopicReader(settings, [topic_name(settings, "occurrence-events", tenant)], OccurrenceEvent)
     try:
         second = InProcess(settings, tenants, clock)
         try:
@@ -673,7 +673,8 @@ def test_catch_up_backlog_survives_a_handover(isolated: Settings) -> None:
         finally:
             third.stop()
         assert_exactly_once(outage_ids(dispatch, fires), expected)
-        events = TopicReader(settings, [topic_name(settings, "occurrence-events")], OccurrenceEvent)
+        t_events = topic_name(settings, "occurrence-events", slow.name)
+        events = TopicReader(settings, [t_events], OccurrenceEvent)
         try:
             events.read_until(at_least(5), timeout_s=10, settle_s=0.5)
         finally:

@@ -97,7 +97,7 @@ def test_a_disabled_tenant_is_refused_misses_with_events_and_resumes_when_enable
     settings, _ = live
     assert main(["tenants", "add", "tn-off"]) == 0
     dispatch = Reader(settings, topic_name(settings, "dispatch", "tn-off"), Occurrence)
-    events = Reader(settings, topic_name(settings, "occurrence-events"), OccurrenceEvent)
+    events = Reader(settings, topic_name(settings, "occurrence-events", "tn-off"), OccurrenceEvent)
     try:
         now = int(time.time())
         with SchedulerClient(settings, timeout_s=30) as client:

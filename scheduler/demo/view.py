@@ -50,10 +50,9 @@ class LiveView:
         self.rows: OrderedDict[str, Row] = OrderedDict()
         self.totals: Counter[str] = Counter()
         self.lags: list[float] = []
-        self.t_events = topic_name(settings, "occurrence-events")
         self._c = consumer(settings.bootstrap_servers, None, **{"fetch.wait.max.ms": 100})
-        topics = [topic_name(settings, name, t) for name in ("dispatch", "commands") for t in tenants]
-        topics.append(self.t_events)
+        kinds = ("dispatch", "commands", "occurrence-events")
+        topics = [topic_name(settings, kind, t) for kind in kinds for t in tenants]
         tps = [TopicPartition(t, p, since_ms) for t in topics for p in range(settings.partitions)]
         self._c.assign(self._c.offsets_for_times(tps, timeout=10))
         self._groups = {t: self._group_reader(t) for t in tenants}

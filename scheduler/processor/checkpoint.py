@@ -72,7 +72,6 @@ class Topics:
         self.schedules = topic_name(settings, "schedules")
         self.history = topic_name(settings, "schedule-history")
         self.state = topic_name(settings, "state")
-        self.events = topic_name(settings, "occurrence-events")
         self._per_tenant: dict[tuple[str, str], str] = {}
         self._tenant_of: dict[str, str] = {}
 
@@ -87,7 +86,7 @@ class Topics:
         return tenant
 
     def of(self, name: str, tenant: str) -> str:
-        """``<namespace>.<name>.<tenant>`` (dispatch, versions, dlq, results)."""
+        """``<namespace>.<name>.<tenant>`` (dispatch, versions, dlq, results, occurrence-events)."""
         topic = self._per_tenant.get((name, tenant))
         if topic is None:
             topic = self._per_tenant[(name, tenant)] = topic_name(self.settings, name, tenant)
@@ -172,7 +171,8 @@ class Checkpoint:
         self._at(PRODUCE)
         topics, shard = self._registry.topics, self.owned.shard
         for ev in events:
-            self._produce(topics.events, wire.encode_event(ev, now), ev.schedule_id.encode(), self._p)
+            topic = topics.of("occurrence-events", ev.tenant)
+            self._produce(topic, wire.encode_event(ev, now), ev.schedule_id.encode(), self._p)
             k = (ev.tenant, ev.state)
             self.events[k] = self.events.get(k, 0) + 1
         for a in dead:
