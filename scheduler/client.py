@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from scheduler.domain import ScheduleSpec, compile_spec, schedule_id_for
 from scheduler.domain.bounds import check_key, check_schedule_id, check_tenant
@@ -66,8 +66,15 @@ class PublishError(Exception):
     """The command could not be written to Kafka (nothing was sent); the message says why."""
 
 
-class UnknownTenant(PublishError):
+class UnknownTenant(PublishError, LookupError):
     """The tenant has no topics here: it is not registered (or was removed), or the namespace is wrong."""
+
+
+def _unknown_tenant(settings: Settings, tenant: str, topic: str) -> UnknownTenant:
+    return UnknownTenant(
+        f"tenant {tenant!r}: its topic {topic} does not exist: register the tenant "
+        f"(ksched tenants add {tenant}) or check the namespace ({settings.namespace!r})"
+    )
 
 
 class ScheduleNotFound(LookupError):
@@ -140,10 +147,7 @@ class SchedulerClient:
         topic = topic_name(self.settings, "results", tenant)
         meta = self._results.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
-            raise UnknownTenant(
-                f"tenant {tenant!r}: its results topic {topic} does not exist: register the tenant "
-                f"(ksched tenants add {tenant}) or check the namespace ({self.settings.namespace!r})"
-            )
+            raise _unknown_tenant(self.settings, tenant, topic)
         ends = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
         for tp in ends:
             tp.offset = watermarks(self._results, tp)[1]
@@ -326,12 +330,20 @@ class SchedulerClient:
         )
 
 
-def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> dict[str, Schedule]:
-    """The current ``Schedule`` records of ``tenant``, read from the compacted ``ksched.schedules``.
+def _partitions(settings: Settings, c: Consumer, tenant: str, topic: str) -> list[TopicPartition]:
+    try:
+        return all_partitions(c, topic)
+    except LookupError:
+        raise _unknown_tenant(settings, tenant, topic) from None
 
-    A tenant sees only its own schedules: records of other tenants are skipped.
+
+def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> dict[str, Schedule]:
+    """The current ``Schedule`` records of ``tenant``, read from its compacted ``ksched.schedules.<tenant>``.
+
+    A tenant reads only its own topic (the broker's ACLs); a record of another tenant is skipped.
     """
-    topic = topic_name(settings, "schedules")
+    check_tenant(tenant)
+    topic = topic_name(settings, "schedules", tenant)
     out: dict[str, Schedule] = {}
 
     def keep(m: Message) -> None:
@@ -347,7 +359,7 @@ def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> di
 
     c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
     try:
-        read_to_end(c, all_partitions(c, topic), keep, timeout_s)
+        read_to_end(c, _partitions(settings, c, tenant, topic), keep, timeout_s)
     finally:
         c.close()
     return out
@@ -358,12 +370,12 @@ def read_schedule(
 ) -> Schedule | None:
     """The current ``Schedule`` record of ``schedule_id`` for ``tenant``, or None.
 
-    Reads only the partition of ``ksched.schedules`` the id is keyed to
+    Reads only the partition of ``ksched.schedules.<tenant>`` the id is keyed to
     (:func:`scheduler.kafka.partitioner.partition_for`), to its end.
     """
     check_tenant(tenant)
     check_schedule_id(schedule_id)
-    topic = topic_name(settings, "schedules")
+    topic = topic_name(settings, "schedules", tenant)
     key = schedule_id.encode()
     latest: list[bytes | None] = [None]
 
@@ -373,7 +385,7 @@ def read_schedule(
 
     c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
     try:
-        tp = TopicPartition(topic, partition_for(key, len(all_partitions(c, topic))))
+        tp = TopicPartition(topic, partition_for(key, len(_partitions(settings, c, tenant, topic))))
         read_to_end(c, [tp], keep, timeout_s)
     finally:
         c.close()
