@@ -119,7 +119,7 @@ class SchedulerClient:
     def __init__(self, settings: Settings | None = None, *, timeout_s: float = 30) -> None:
         self.settings = settings or load_settings()
         self.timeout_s = timeout_s
-        bs = self.settings.bootstrap_servers
+        bs = self.settings.kafka()
         self._producer = producer(bs)
         self._results = consumer(bs)
         self._t_commands = topic_name(self.settings, "commands")
@@ -324,7 +324,7 @@ def read_schedules(settings: Settings, tenant: str, timeout_s: float = 30) -> di
         if s.tenant == tenant:
             out[s.schedule_id] = s
 
-    c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
+    c = consumer(settings.kafka(), None, **{"enable.partition.eof": True})
     try:
         read_to_end(c, all_partitions(c, topic), keep, timeout_s)
     finally:
@@ -350,7 +350,7 @@ def read_schedule(
         if m.key() == key:
             latest[0] = m.value()
 
-    c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
+    c = consumer(settings.kafka(), None, **{"enable.partition.eof": True})
     try:
         tp = TopicPartition(topic, partition_for(key, len(all_partitions(c, topic))))
         read_to_end(c, [tp], keep, timeout_s)

@@ -56,7 +56,7 @@ def publish(settings: Settings, records: Iterable[tuple[str, Tenant | None]]) ->
         if err is not None:
             failed.append(f"{(msg.key() or b'').decode()}: {err.str()}")
 
-    p = producer(settings.bootstrap_servers, **{"client.id": "ksched-tenants-admin", "linger.ms": 0})
+    p = producer(settings.kafka(), **{"client.id": "ksched-tenants-admin", "linger.ms": 0})
     now_ms = int(time.time() * 1000)
     names: list[str] = []
     for name, tenant in records:
@@ -106,7 +106,7 @@ def apply_all(
     table = current(settings)
     names = set(table.target) | set(extra)
     try:
-        changes = apply_topics(admin_client(settings.bootstrap_servers), desired_topics(settings, names),
+        changes = apply_topics(admin_client(settings.kafka()), desired_topics(settings, names),
                                dry_run=dry_run)
     except KafkaException as exc:
         raise TenantAdminError(_unreachable(settings, exc)) from None

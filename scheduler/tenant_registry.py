@@ -154,7 +154,7 @@ class TenantRegistry:
             # 500 ms wait would delay every worker's start by it. 100 ms: ten idle fetches a second.
             "fetch.wait.max.ms": 100,
         }
-        c = consumer(self.settings.bootstrap_servers, None, **extra)
+        c = consumer(self.settings.kafka(), None, **extra)
         self._consumer = c
         try:
             try:

@@ -167,7 +167,7 @@ def group_assignment(settings: Settings) -> tuple[str, dict[str, set[int]]]:
     """The processor group's state and, per member client id, its partitions of the commands topic."""
     group = f"{settings.namespace}.processor"
     t_commands = topic_name(settings, "commands")
-    admin = admin_client(settings.bootstrap_servers)  # kept alive until the future resolves
+    admin = admin_client(settings.kafka())  # kept alive until the future resolves
     desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
     members = {
         m.client_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == t_commands}
@@ -210,7 +210,7 @@ def create_commands(
 ) -> list[str]:
     """Produce one CREATE per spec straight to the commands topic (as ``ksched bench burst`` does)
     and wait until the processor accepted every one; returns the schedule ids, in order."""
-    bs = settings.bootstrap_servers
+    bs = settings.kafka()
     t_results = topic_name(settings, "results")
     results = consumer(bs)
     ends = [
@@ -272,7 +272,7 @@ class TopicReader:
 
     def __init__(self, settings: Settings, topics: list[str], cls: type) -> None:
         self.cls = cls
-        self.c = consumer(settings.bootstrap_servers, None, **{"fetch.wait.max.ms": 10})
+        self.c = consumer(settings.kafka(), None, **{"fetch.wait.max.ms": 10})
         self.c.assign([TopicPartition(t, p, 0) for t in topics for p in range(settings.partitions)])
         self.seen: list[Seen] = []
 
@@ -533,7 +533,7 @@ def isolated(kafka_settings: Settings) -> Iterator[Settings]:
         namespace=f"{kafka_settings.namespace}-fo{secrets.token_hex(2)}", tick_interval_ms=50
     )
     yield settings
-    admin = admin_client(settings.bootstrap_servers)
+    admin = admin_client(settings.kafka())
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
     if names:
         # Wait on the futures: an AdminClient dropped before its request went out deletes nothing.
@@ -543,7 +543,7 @@ def isolated(kafka_settings: Settings) -> Iterator[Settings]:
 
 def with_topics(settings: Settings, *tenants: Tenant) -> dict[str, Tenant]:
     registry = {t.name: t for t in tenants}
-    apply_topics(admin_client(settings.bootstrap_servers), desired_topics(settings, registry))
+    apply_topics(admin_client(settings.kafka()), desired_topics(settings, registry))
     return registry
 
 

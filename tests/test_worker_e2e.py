@@ -98,7 +98,7 @@ def _partition_of(settings: Settings, topic: str, sid: str) -> int:
 
     from scheduler.kafka.clients import consumer
 
-    c = consumer(settings.bootstrap_servers)
+    c = consumer(settings.kafka())
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
         deadline = time.monotonic() + 10

@@ -52,7 +52,7 @@ class LiveView:
         self.lags: list[float] = []
         self.t_events = topic_name(settings, "occurrence-events")
         self.t_commands = topic_name(settings, "commands")
-        self._c = consumer(settings.bootstrap_servers, None, **{"fetch.wait.max.ms": 100})
+        self._c = consumer(settings.kafka(), None, **{"fetch.wait.max.ms": 100})
         topics = [topic_name(settings, "dispatch", t) for t in tenants] + [self.t_events, self.t_commands]
         tps = [TopicPartition(t, p, since_ms) for t in topics for p in range(settings.partitions)]
         self._c.assign(self._c.offsets_for_times(tps, timeout=10))
@@ -60,11 +60,9 @@ class LiveView:
 
     def _group_reader(self, tenant: str) -> Consumer:
         return Consumer(
-            {
-                "bootstrap.servers": self.settings.bootstrap_servers,
-                "group.id": f"{self.settings.namespace}.worker.{tenant}",
-                "enable.auto.commit": False,
-            }
+            self.settings.kafka().config(
+                **{"group.id": f"{self.settings.namespace}.worker.{tenant}", "enable.auto.commit": False}
+            )
         )
 
     def close(self) -> None:

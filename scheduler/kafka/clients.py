@@ -4,6 +4,8 @@ Every producer uses ``murmur2_random`` so a key lands on the same partition
 number as the Java client would put it (DESIGN.md §3: co-partitioned topics).
 Every consumer reads ``read_committed`` and never auto-commits: offsets move
 only inside a transaction or by an explicit commit after the work is done.
+Every factory takes a :class:`~scheduler.kafka.connection.KafkaConnection`, never a bare
+bootstrap string: the security settings of the principal travel with it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from scheduler.kafka.connection import KafkaConnection
+
 PARTITIONER = "murmur2_random"
 
 
-def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+def producer_config(conn: KafkaConnection, **extra: Any) -> dict[str, Any]:
     """An idempotent producer tuned for short, frequent batches."""
-    return {
-        "bootstrap.servers": bootstrap,
+    return conn.config(**{
         "partitioner": PARTITIONER,
         "enable.idempotence": True,
         "acks": "all",
@@ -29,7 +32,7 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
         "queue.buffering.max.kbytes": 1_048_576,
         "compression.type": "lz4",
         **extra,
-    }
+    })
 
 
 def produce_waiting(
@@ -46,11 +49,11 @@ def produce_waiting(
             producer.poll(0.05)
 
 
-def producer(bootstrap: str, **extra: Any) -> Producer:
-    return Producer(producer_config(bootstrap, **extra))
+def producer(conn: KafkaConnection, **extra: Any) -> Producer:
+    return Producer(producer_config(conn, **extra))
 
 
-def transactional_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Producer:
+def transactional_producer(conn: KafkaConnection, transactional_id: str, **extra: Any) -> Producer:
     """A transactional producer; the caller runs ``init_transactions()``.
 
     A stable ``transactional_id`` per shard owner is what fences a zombie: a
@@ -58,15 +61,14 @@ def transactional_producer(bootstrap: str, transactional_id: str, **extra: Any) 
     """
     return Producer(
         producer_config(
-            bootstrap,
+            conn,
             **{"transactional.id": transactional_id, "transaction.timeout.ms": 60_000, **extra},
         )
     )
 
 
-def consumer_config(bootstrap: str, group_id: str | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
+def consumer_config(conn: KafkaConnection, group_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    return conn.config(**{
         "group.id": group_id or f"ksched-reader-{uuid.uuid4().hex[:12]}",
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
@@ -74,8 +76,8 @@ def consumer_config(bootstrap: str, group_id: str | None = None, **extra: Any) -
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
         **extra,
-    }
+    })
 
 
-def consumer(bootstrap: str, group_id: str | None = None, **extra: Any) -> Consumer:
-    return Consumer(consumer_config(bootstrap, group_id, **extra))
+def consumer(conn: KafkaConnection, group_id: str | None = None, **extra: Any) -> Consumer:
+    return Consumer(consumer_config(conn, group_id, **extra))

@@ -132,7 +132,7 @@ class Ownership:
         for tp in partitions:  # 1. fence
             p = tp.partition
             producers[p] = transactional_producer(
-                self.settings.bootstrap_servers,
+                self.settings.kafka(),
                 f"{self.settings.namespace}.processor.shard-{p}",
                 **{"transaction.timeout.ms": 30_000},
             )

@@ -40,7 +40,7 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
     t_state, t_schedules = topic_name(settings, "state"), topic_name(settings, "schedules")
     c = Consumer(
         consumer_config(
-            settings.bootstrap_servers,
+            settings.kafka(),
             f"{settings.namespace}.restore",  # never commits; assign() only
             **{
                 "enable.partition.eof": True,

@@ -91,7 +91,7 @@ class Processor:
 
     def run(self) -> None:
         cfg = consumer_config(
-            self.settings.bootstrap_servers,
+            self.settings.kafka(),
             self.ownership.group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",

@@ -187,7 +187,7 @@ class Worker:
 
     def _start_clients(self) -> Intake:
         client_id = f"ksched-worker-{self.worker_id}"
-        prod = producer(self.settings.bootstrap_servers, **{"client.id": client_id})
+        prod = producer(self.settings.kafka(), **{"client.id": client_id})
         reporter = Reporter(prod, topic_name(self.settings, "commands"), self.worker_id)
         self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
         executor = Executor(
@@ -195,7 +195,7 @@ class Worker:
             metrics=self.metrics, concurrency=self.concurrency, on_done=self._done,
         )
         cfg = consumer_config(
-            self.settings.bootstrap_servers,
+            self.settings.kafka(),
             self.group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",

@@ -158,7 +158,7 @@ class VersionsView:
 
         Raises :class:`TopicMissingError` when the topic does not exist."""
         c = consumer(
-            self._settings.bootstrap_servers,
+            self._settings.kafka(),
             None,
             **{
                 "enable.partition.eof": True,  # how catching up to the end is detected
