@@ -15,10 +15,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from scheduler.access import ADMIN_USER
 from scheduler.kafka.connection import MECHANISMS, PROTOCOLS, KafkaConnection, resolve
 
-# The embedded broker's super user; admin tools (topics, tenants, ACLs) connect as it.
-ADMIN_USER = "admin"
 
 def _cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ksched"
@@ -82,9 +81,10 @@ class Settings:
             return Path(self.credentials_file).expanduser()
         return Path(self.kafka_data_dir).expanduser() / "credentials.json"
 
-    def kafka(self, principal: str = ADMIN_USER) -> KafkaConnection:
+    def kafka(self, principal: str = ADMIN_USER, *, group_prefix: str = "ksched-") -> KafkaConnection:
         """The connection of ``principal`` (default: the admin) — unless ``sasl_username`` names
-        another user: explicit settings win. Raises ``CredentialsError`` when no password is found."""
+        another user: explicit settings win. Raises ``CredentialsError`` when no password is found.
+        ``group_prefix``: where the principal's consumer group ids live (``scheduler.access``)."""
         return resolve(
             self.bootstrap_servers,
             protocol=self.security_protocol,
@@ -94,6 +94,7 @@ class Settings:
             ssl_ca_location=self.ssl_ca_location,
             credentials_file=self.credentials_path,
             principal=principal,
+            group_prefix=group_prefix,
         )
 
     def replace(self, **changes: Any) -> Settings:

@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from scheduler.access_admin import ensure_services, ensure_tenants
 from scheduler.kafka.admin import admin_client, apply_topics
 from scheduler.kafka.clients import producer
 from scheduler.settings import Settings
@@ -99,7 +100,9 @@ def apply_all(
     settings: Settings, *, dry_run: bool = False, extra: Iterable[str] = ()
 ) -> tuple[list[Any], list[str]]:
     """Create or fix every topic (the cluster's, and each registered tenant's and ``extra``'s),
-    then seed the registry from the seed file. Returns (topic changes, tenants seeded).
+    give the service principals and those tenants their ACLs (and, where ksched keeps the
+    passwords, a credential to one that has none: docs/security.md), then seed the registry
+    from the seed file. Returns (topic changes, tenants seeded).
 
     Topics first: a tenant's topics exist before any processor can see it registered (a
     dispatch to a missing topic would fail the shard's transaction)."""
@@ -110,6 +113,9 @@ def apply_all(
                                dry_run=dry_run)
     except KafkaException as exc:
         raise TenantAdminError(_unreachable(settings, exc)) from None
+    if not dry_run:
+        ensure_services(settings)
+        ensure_tenants(settings, sorted(names))
     seeded = [] if dry_run else seed(settings, table)
     return changes, seeded
 

@@ -88,6 +88,9 @@ def kafka_settings(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # subprocesses and CLI entry points see the same settings
     settings = load_settings()
+    from scheduler.access_admin import ensure_services, forget_namespace
+
+    ensure_services(settings)  # the processor's principal and ACLs: every test's processor runs as it
     yield settings
     from scheduler.kafka.admin import admin_client
 
@@ -96,6 +99,7 @@ def kafka_settings(
     if names:
         for f in admin.delete_topics(names, operation_timeout=30).values():
             f.result(60)  # wait: a client dropped at once may never send the request
+    forget_namespace(settings)  # its principals' ACLs, credentials and kept passwords
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from scheduler.access_admin import ensure_services, ensure_tenants, forget_namespace
 from scheduler.domain import ScheduleSpec, occurrence_id
 from scheduler.kafka.admin import admin_client, apply_topics
 from scheduler.kafka.clients import consumer, producer
@@ -532,6 +533,7 @@ def isolated(kafka_settings: Settings) -> Iterator[Settings]:
     settings = kafka_settings.replace(
         namespace=f"{kafka_settings.namespace}-fo{secrets.token_hex(2)}", tick_interval_ms=50
     )
+    ensure_services(settings)  # its processors run as its own processor principal
     yield settings
     admin = admin_client(settings.kafka())
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
@@ -539,11 +541,13 @@ def isolated(kafka_settings: Settings) -> Iterator[Settings]:
         # Wait on the futures: an AdminClient dropped before its request went out deletes nothing.
         for future in admin.delete_topics(names, operation_timeout=30).values():
             future.result(60)
+    forget_namespace(settings)
 
 
 def with_topics(settings: Settings, *tenants: Tenant) -> dict[str, Tenant]:
     registry = {t.name: t for t in tenants}
     apply_topics(admin_client(settings.kafka()), desired_topics(settings, registry))
+    ensure_tenants(settings, list(registry))  # their principals: workers run as them
     return registry
 
 

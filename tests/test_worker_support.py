@@ -76,7 +76,7 @@ def version(settings: Settings, tenant: str, sid: str, v: int | None, state: str
 
 def committed(settings: Settings, tenant: str, partition: int) -> int:
     """The worker group's committed offset of a dispatch partition (negative: none)."""
-    c = consumer(settings.kafka(), f"{settings.namespace}.worker.{tenant}")
+    c = consumer(settings.kafka(), f"{settings.namespace}.tenant.{tenant}.worker")
     try:
         tp = TopicPartition(topic_name(settings, "dispatch", tenant), partition)
         return int(c.committed([tp], 10)[0].offset)

@@ -103,6 +103,15 @@ def _start(args: argparse.Namespace) -> int:
         print(f"kafka: started Kafka {st.version} pid {st.pid} on {st.listener} in {took:.1f}s")
     print(f"kafka: data {st.data_dir}; logs: ksched kafka logs")
     print(f"kafka: credentials (mode 0600, read by ksched itself) in {broker.credentials_file}")
+    from scheduler.access_admin import ensure_services
+    from scheduler.kafka.admin import AdminError
+
+    try:  # the service principals of this namespace and their ACLs (idempotent)
+        issued = ensure_services(settings)
+    except AdminError as exc:
+        return _fail(exc)
+    if issued:
+        print(f"kafka: created the service principal(s) {', '.join(issued)} and their ACLs")
     return 0
 
 

@@ -61,7 +61,10 @@ class LiveView:
     def _group_reader(self, tenant: str) -> Consumer:
         return Consumer(
             self.settings.kafka().config(
-                **{"group.id": f"{self.settings.namespace}.worker.{tenant}", "enable.auto.commit": False}
+                **{
+                    "group.id": f"{self.settings.namespace}.tenant.{tenant}.worker",
+                    "enable.auto.commit": False,
+                }
             )
         )
 

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from scheduler.kafka.clients import check_login
 from scheduler.kafka.connection import KafkaConnection
 
 
@@ -58,6 +59,9 @@ class AdminError(RuntimeError):
 
 
 def admin_client(conn: KafkaConnection, **extra: Any) -> AdminClient:
+    """An AdminClient as ``conn``'s principal; its first use checks the login (fail fast)."""
+    if conn.principal:
+        check_login(conn)
     return AdminClient(conn.config(**extra))
 
 

@@ -25,11 +25,15 @@ MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 @dataclass(frozen=True)
 class KafkaConnection:
-    """Bootstrap servers and the security keys of one principal (``principal`` is '' without SASL)."""
+    """Bootstrap servers and the security keys of one principal (``principal`` is '' without SASL).
+
+    ``group_prefix``: the consumer group ids this principal may use start with it (its ACLs);
+    a reader that needs no group of its own gets a random one under it."""
 
     bootstrap: str
     security: Mapping[str, str] = field(default_factory=dict)
     principal: str = ""
+    group_prefix: str = "ksched-"
 
     def __hash__(self) -> int:  # usable as a cache key (the security dict is never mutated)
         return hash((self.bootstrap, self.principal, tuple(sorted(self.security.items()))))
@@ -49,6 +53,7 @@ class KafkaConnection:
             self.bootstrap,
             {**self.security, "sasl.username": principal, "sasl.password": password},
             principal,
+            self.group_prefix,
         )
 
 
@@ -76,6 +81,7 @@ def resolve(
     ssl_ca_location: str,
     credentials_file: Path,
     principal: str,
+    group_prefix: str = "ksched-",
 ) -> KafkaConnection:
     """The connection of ``principal`` (or of ``username`` when it is set: explicit settings win).
 
@@ -84,7 +90,9 @@ def resolve(
     raises :class:`CredentialsError` naming the file, the user and the fix.
     """
     if not protocol.startswith("SASL_"):
-        return KafkaConnection(bootstrap, security_config(protocol, mechanism, "", "", ssl_ca_location))
+        return KafkaConnection(
+            bootstrap, security_config(protocol, mechanism, "", "", ssl_ca_location), "", group_prefix
+        )
     user = username or principal
     if not password:
         users = read_users(credentials_file)
@@ -96,5 +104,5 @@ def resolve(
             )
         password = users[user]
     return KafkaConnection(
-        bootstrap, security_config(protocol, mechanism, user, password, ssl_ca_location), user
+        bootstrap, security_config(protocol, mechanism, user, password, ssl_ca_location), user, group_prefix
     )
