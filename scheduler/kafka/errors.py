@@ -68,7 +68,9 @@ def auth_error_cb(who: str) -> Callable[[KafkaError], None]:
     Other client errors stay librdkafka's business (it retries transport errors itself)."""
 
     def on_error(err: KafkaError) -> None:
-        if err.code() == KafkaError._AUTHENTICATION:
+        # Only the broker's refusal: librdkafka also files a connection dropped mid-handshake
+        # (a client closing, a broker restarting) under _AUTHENTICATION, and retries it rightly.
+        if err.code() == KafkaError._AUTHENTICATION and "Authentication failed" in err.str():
             raise AuthenticationFailed(
                 f"Kafka refused the login of {who}: {err.str().split(': ', 1)[-1]}; {FIX_CREDENTIALS}"
             )
