@@ -294,6 +294,9 @@ def test_a_data_dir_formatted_without_authentication_is_detected(tmp_path: Path)
     (store.kraft_dir / "meta.properties").write_text("version=1\n")
     store.meta_file.write_text('{"cluster_id": "x", "port": 1234, "controller_port": 1235}')
     assert store.unauthenticated()  # the old broker.json: no auth marker
+    assert "wiping it (local dev data)" in store.legacy_notice(None)
+    with pytest.raises(LocalBrokerError, match=r"\(pid 4242\) was started without authentication"):
+        store.legacy_notice(4242)  # its old broker still runs: refused, never stopped behind its back
     store.meta_file.write_text(f'{{"controller_port": 1235, "auth": "{AUTH_MARKER}"}}')
     assert store.unauthenticated()  # marked, but its credentials file is gone: nobody could log in
     assert store.admin_password() and store.credentials_file.is_file()

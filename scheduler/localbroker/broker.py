@@ -219,20 +219,8 @@ class LocalBroker:
         with locked(self.data_dir / ".lock"):
             pid = self._pid()
             legacy = self.storage.unauthenticated()
-            if legacy and pid is not None and not fresh:
-                # Never stop a running broker behind its users' back (another checkout's test session).
-                raise LocalBrokerError(
-                    f"the broker running on {self.data_dir} (pid {pid}) was started without "
-                    "authentication by an older ksched (or its credentials file is gone); stop it "
-                    "(`ksched kafka stop`) and start again: its local dev data is then wiped and "
-                    "formatted with SASL/SCRAM users and ACLs (or run `ksched kafka start --fresh`)"
-                )
-            if legacy:
-                self.notice = (
-                    f"{self.data_dir} was formatted without authentication (an older ksched) or "
-                    "lost its credentials file; wiping it (local dev data) and formatting it with "
-                    "SASL/SCRAM users and ACLs"
-                )
+            if legacy and not fresh:
+                self.notice = self.storage.legacy_notice(pid)  # raises while its old broker runs
             if pid is not None and fresh:
                 self.stop()
                 pid = None

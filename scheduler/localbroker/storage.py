@@ -61,6 +61,22 @@ class DataDir:
         marked = isinstance(meta, dict) and meta.get("auth") == AUTH_MARKER
         return not marked or not self.credentials_file.exists()
 
+    def legacy_notice(self, pid: int | None) -> str:
+        """What to tell the user before an :meth:`unauthenticated` data dir is wiped; raises
+        instead while its old broker (``pid``) runs: never stopped behind its users' back (on a
+        shared machine it may be another checkout's test session)."""
+        if pid is not None:
+            raise LocalBrokerError(
+                f"the broker running on {self.data_dir} (pid {pid}) was started without "
+                "authentication by an older ksched (or its credentials file is gone); stop it "
+                "(`ksched kafka stop`) and start again: its local dev data is then wiped and "
+                "formatted with SASL/SCRAM users and ACLs (or run `ksched kafka start --fresh`)"
+            )
+        return (
+            f"{self.data_dir} was formatted without authentication (an older ksched) or lost its "
+            "credentials file; wiping it (local dev data) and formatting it with SASL/SCRAM users and ACLs"
+        )
+
     def admin_password(self) -> str:
         """The admin's password: from the credentials file, generated on first use."""
         return ensure_user(self.credentials_file, ADMIN_USER)
