@@ -21,6 +21,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from scheduler.kafka.clients import consumer_config
+from scheduler.principals import as_processor
 from scheduler.processor import wire
 from scheduler.processor.checkpoint import Checkpoint, Checkpoints
 from scheduler.processor.failpoints import Failpoint, FailpointHook
@@ -60,7 +61,7 @@ class Processor:
         self.registry: TenantRegistry | None = None
         if tenants is None:
             tenants = {}
-            self.registry = TenantRegistry(settings, tenants)
+            self.registry = TenantRegistry(settings, tenants, conn=as_processor(settings))
         self.tenants = tenants
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
         self.tick_budget = settings.tick_budget if tick_budget is None else tick_budget
@@ -92,7 +93,7 @@ class Processor:
 
     def run(self) -> None:
         cfg = consumer_config(
-            self.settings.bootstrap_servers,
+            as_processor(self.settings),
             self.ownership.group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
