@@ -229,10 +229,11 @@ def test_sdk_touching_another_tenant_is_access_denied(cluster: Settings) -> None
     with SchedulerClient(cluster, tenant="alpha", timeout_s=5) as client:
         with pytest.raises(AccessDenied, match=r"tenant alpha's client and may not send tenant bravo's"):
             client.create("bravo", ScheduleSpec(kind="cron", cron="* * * * *", timezone="UTC", handler="h"))
-        with pytest.raises(AccessDenied) as info:  # the shared schedules topic is the processor's
-            client.get("alpha", "s" * 32)
+        assert client.get("alpha", "s" * 32) is None  # its own schedules copy: readable
+        with pytest.raises(AccessDenied) as info:  # bravo's schedules (and payloads) are not
+            client.get("bravo", "s" * 32)
     msg = str(info.value)
-    assert f"User:{cluster.namespace}.tenant.alpha" in msg and f"{cluster.namespace}.schedules" in msg
+    assert f"User:{cluster.namespace}.tenant.alpha" in msg and f"{cluster.namespace}.schedules.bravo" in msg
     assert "TOPIC_AUTHORIZATION_FAILED" in msg and "docs/security.md" in msg
 
 
