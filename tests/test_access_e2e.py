@@ -29,7 +29,8 @@ from scheduler.principals import as_admin, as_tenant
 from scheduler.settings import Settings
 
 TENANTS = ("alpha", "bravo", "acme", "acme-corp", "acmecorp")
-PER_TENANT = ("commands", "results", "dispatch", "versions", "dlq")
+PER_TENANT = ("commands", "results", "schedules", "dispatch", "versions", "occurrence-events", "dlq")
+TENANT_READS = PER_TENANT[1:]
 
 
 @pytest.fixture(scope="module")
@@ -114,17 +115,17 @@ def _consume_error(conn: KafkaConnection, topic: str, group: str | None = None) 
 def test_alpha_may_not_touch_bravos_topics(cluster: Settings) -> None:
     ns, alpha = cluster.namespace, as_tenant(cluster, "alpha")
     assert _produce_error(alpha, f"{ns}.commands.bravo") == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    for kind in ("dispatch", "results", "versions", "dlq"):
+    for kind in TENANT_READS:
         assert _consume_error(alpha, f"{ns}.{kind}.bravo") == KafkaError.TOPIC_AUTHORIZATION_FAILED, kind
     # the cluster's own topics are the processor's
-    for name in ("schedules", "state", "schedule-history", "occurrence-events"):
+    for name in ("schedules", "state", "schedule-history", "shards"):
         assert _consume_error(alpha, f"{ns}.{name}") == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
 
 
 def test_alpha_may_use_its_own(cluster: Settings) -> None:
     ns, alpha = cluster.namespace, as_tenant(cluster, "alpha")
     assert _produce_error(alpha, f"{ns}.commands.alpha") is None
-    for kind in ("dispatch", "results", "versions", "dlq"):
+    for kind in TENANT_READS:
         c = Consumer(consumer_config(alpha))
         try:
             assert all_partitions(c, f"{ns}.{kind}.alpha")
