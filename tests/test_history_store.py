@@ -14,7 +14,7 @@ import pytest
 from history_backends import HistoryBackend, normalised
 from history_records import T0_MS, Rec, dispatch, event, history, report, schedule, story
 
-from scheduler.history import HistoryStore, open_store
+from scheduler.history import HistoryConflictError, HistoryStore, open_store
 from scheduler.history.mapping import Batch, Source
 from scheduler.history.rows import OccurrenceRow
 
@@ -89,7 +89,7 @@ def test_rows_and_offsets_commit_together_and_offsets_never_move_back(store: His
     sf = SF + 60_000
     clash = OccurrenceRow("0" * 32, T, "s9", 1, sf, None, None, "MISSED", 0, 0, 0, None)
     bad.occurrences[clash.occurrence_id] = clash  # same (schedule, version, scheduled_for): UNIQUE
-    with pytest.raises(Exception, match=r"(?i)unique"):
+    with pytest.raises(HistoryConflictError, match=r"(?i)unique"):
         store.apply(G, bad, {("d", 0): 99})
     assert store.offsets(G)[("d", 0)] == 10, "a failed batch stores no offset"
     assert store.count("occurrences") == 3, "... and no row"

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from scheduler.history.base import HistoryStore, HistoryStoreError
+from scheduler.history.base import HistoryConflictError, HistoryStore, HistoryStoreError
 from scheduler.history.mapping import Batch, Source, classify
 from scheduler.history.postgres import PostgresHistoryStore
 from scheduler.history.sqlite import SQLiteHistoryStore
 
 __all__ = [
     "Batch",
+    "HistoryConflictError",
     "HistoryStore",
     "HistoryStoreError",
     "PostgresHistoryStore",

@@ -31,6 +31,11 @@ class HistoryStoreError(Exception):
     """The store cannot be opened or written; ``str()`` is one line naming the cause and the fix."""
 
 
+class HistoryConflictError(HistoryStoreError):
+    """A batch broke a UNIQUE key: two different occurrence ids for one (schedule, version,
+    scheduled_for). Nothing of the batch was written; rebuild it with ``verify_ids=True``."""
+
+
 class HistoryStore(ABC):
     """One connection to a history database; single-threaded (the indexer's loop owns it).
 
@@ -41,7 +46,8 @@ class HistoryStore(ABC):
     def apply(self, group: str, batch: Batch, offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Upsert ``batch``'s rows, add its skip counts and store ``offsets`` (the next offset to
         read of each partition, for consumer group ``group``) in ONE transaction; on any error
-        nothing of it is written and :class:`HistoryStoreError` (or the driver's error) is raised."""
+        nothing of it is written and the error is raised: :class:`HistoryConflictError` for a
+        broken UNIQUE key, else the driver's error."""
 
     @abstractmethod
     def offsets(self, group: str) -> dict[TopicPartitionKey, int]:

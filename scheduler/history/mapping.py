@@ -20,6 +20,10 @@ schedules          Schedule                    schedules: the version's full spe
 A record is skipped and counted in :attr:`Batch.skipped` (never raised) when it cannot be
 decoded, names another tenant than its topic, or carries an ``occurrence_id`` that is not
 ``H(schedule_id, version, scheduled_for)`` (a hostile report must not break the UNIQUE key).
+That last check costs a hash per record, so it is made on every attempt report (workers write
+them) but on dispatch records and events (only processors write them) only when the batch is
+built with ``verify_ids=True`` -- which the indexer does when a store refuses a batch with
+:class:`~scheduler.history.base.HistoryConflictError`, then applies the verified batch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scheduler.domain.ids import occurrence_id as expected_occurrence_id
+from scheduler.history.readers import dispatch_fields, event_fields
 from scheduler.history.rows import (
     AttemptRow,
     OccurrenceRow,
@@ -43,13 +48,10 @@ from scheduler.history.rows import (
 )
 from scheduler.records import (
     AttemptReport,
-    Occurrence,
-    OccurrenceEvent,
     RecordDecodeError,
     Schedule,
     ScheduleCommand,
     ScheduleHistoryEntry,
-    current_schema,
     decode,
     decode_fields,
     record_type,
@@ -108,6 +110,7 @@ class Batch:
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
+    verify_ids: bool = False  # also check the ids of processor-written records (see the module doc)
 
     def add(self, source: Source, tenant: str | None, value: bytes | None, timestamp_ms: int) -> None:
         """Map one record of ``source`` (``tenant`` from its topic) into the batch; never raises.
@@ -154,71 +157,20 @@ class Batch:
             self.errors.append(message[:300])
 
 
-def _checked(tenant: str, rec_tenant: str, oid: str, sid: str, version: int, sf_ms: int) -> str | None:
-    """Why a record of an occurrence must be skipped, or None."""
+def _checked(
+    tenant: str, rec_tenant: str, oid: str, sid: str, version: int, sf_ms: int, verify: bool
+) -> str | None:
+    """Why a record of an occurrence must be skipped, or None; the id is checked if ``verify``."""
     if rec_tenant != tenant:
         return "tenant mismatch"
-    if sf_ms % 1000 or oid != expected_occurrence_id(sid, version, sf_ms // 1000):
+    if verify and (sf_ms % 1000 or oid != expected_occurrence_id(sid, version, sf_ms // 1000)):
         return "occurrence_id mismatch"
     return None
 
 
-# -- dispatch: a hand-rolled reader of the current Occurrence layout (records/dispatch.py) --------
-
-_OCC_HEADER = current_schema(Occurrence).header
-
-
-def _long(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    pos += 1
-    z = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        shift += 7
-    return (z >> 1) ^ -(z & 1), pos
-
-
-def _text(buf: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _long(buf, pos)
-    end = pos + n
-    if n < 0 or end > len(buf):
-        raise ValueError(f"string of {n} bytes at {pos} runs past the record")
-    return buf[pos:end].decode(), end
-
-
-def _dispatch_fields(value: bytes) -> tuple[str, str, str, int, int, int, int]:
-    """(occurrence_id, schedule_id, tenant, version, scheduled_for, available_at, attempt)."""
-    if value[:10] == _OCC_HEADER:
-        oid, p = _text(value, 10)
-        sid, p = _text(value, p)
-        ten, p = _text(value, p)
-        ver, p = _long(value, p)
-        sf, p = _long(value, p)
-        av, p = _long(value, p)
-        _, p = _long(value, p)  # enqueued_at_ms: the broker's LogAppendTime is the truth
-        att, p = _long(value, p)
-        _, p = _long(value, p)  # lane
-        _, p = _text(value, p)  # handler
-        n, p = _long(value, p)  # payload
-        p += n
-        union, p = _long(value, p)  # deadline_ms: null | long
-        if union == 1:
-            _, p = _long(value, p)
-        if n < 0 or union not in (0, 1) or p != len(value):
-            raise ValueError(f"Occurrence: malformed tail (payload {n}, deadline branch {union}, "
-                             f"end {p} of {len(value)} bytes)")
-        return oid, sid, ten, ver, sf, av, att
-    d = decode_fields(value, Occurrence)  # an older writer schema: resolved the slow way
-    return (d["occurrence_id"], d["schedule_id"], d["tenant"], d["version"], d["scheduled_for_ms"],
-            d["available_at_ms"], d["attempt"])
-
-
 def _add_dispatch(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None:
-    oid, sid, rec_tenant, version, sf, av, attempt = _dispatch_fields(value)
-    problem = _checked(tenant, rec_tenant, oid, sid, version, sf)
+    oid, sid, rec_tenant, version, sf, av, attempt = dispatch_fields(value)
+    problem = _checked(tenant, rec_tenant, oid, sid, version, sf, batch.verify_ids)
     if problem is None:
         batch.put_occurrence(OccurrenceRow(
             oid, tenant, sid, version, sf, av, ts, "ENQUEUED", rank("ENQUEUED", attempt), ts, attempt, None
@@ -227,15 +179,11 @@ def _add_dispatch(batch: Batch, tenant: str, value: bytes, ts: int) -> str | Non
 
 
 def _add_event(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None:
-    d = decode_fields(value, OccurrenceEvent)
-    oid, sid, version, sf = d["occurrence_id"], d["schedule_id"], d["version"], d["scheduled_for_ms"]
-    problem = _checked(tenant, d["tenant"], oid, sid, version, sf)
+    oid, sid, rec_tenant, version, sf, state, attempt, reason, at = event_fields(value)
+    problem = _checked(tenant, rec_tenant, oid, sid, version, sf, batch.verify_ids)
     if problem is None:
-        attempt = d["attempt"] or 0
-        state = str(d["state"])
         batch.put_occurrence(OccurrenceRow(
-            oid, tenant, sid, version, sf, None, None, state, rank(state, attempt), d["at_ms"], attempt,
-            d["reason"],
+            oid, tenant, sid, version, sf, None, None, state, rank(state, attempt), at, attempt, reason
         ))
     return problem
 
@@ -246,7 +194,7 @@ def _add_command(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None
         return None  # its accepted effect is on schedule-history
     d = decode_fields(value, AttemptReport)
     oid, sid, version, sf = d["occurrence_id"], d["schedule_id"], d["version"], d["scheduled_for_ms"]
-    problem = _checked(tenant, d["tenant"], oid, sid, version, sf)
+    problem = _checked(tenant, d["tenant"], oid, sid, version, sf, True)  # workers' word: always checked
     if problem is not None:
         return problem
     attempt, at, report = d["attempt"], d["reported_at_ms"], str(d["kind"])

@@ -22,7 +22,13 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
 from scheduler.history import sql
-from scheduler.history.base import HistoryStore, HistoryStoreError, TopicPartitionKey, check_table
+from scheduler.history.base import (
+    HistoryConflictError,
+    HistoryStore,
+    HistoryStoreError,
+    TopicPartitionKey,
+    check_table,
+)
 from scheduler.history.mapping import Batch
 from scheduler.history.rows import ATTEMPT_COLUMNS, OCCURRENCE_COLUMNS
 
@@ -110,6 +116,10 @@ class PostgresHistoryStore(HistoryStore):
                     cur.executemany(_SKIP, list(batch.skipped.items()))  # type: ignore[arg-type]
                 cur.executemany(_OFF, [(group, t, p, n) for (t, p), n in offsets.items()])  # type: ignore[arg-type]
             c.commit()
+        except pg_errors.UniqueViolation as exc:
+            _rollback_quietly(c)
+            why = _first_line(exc)
+            raise HistoryConflictError(f"{self!r}: the batch breaks a unique key ({why})") from exc
         except BaseException:
             _rollback_quietly(c)
             raise

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from scheduler.history import sql
-from scheduler.history.base import HistoryStore, HistoryStoreError, TopicPartitionKey, check_table
+from scheduler.history.base import (
+    HistoryConflictError,
+    HistoryStore,
+    HistoryStoreError,
+    TopicPartitionKey,
+    check_table,
+)
 from scheduler.history.mapping import Batch
 
 _D = sql.SQLITE
@@ -72,6 +78,9 @@ class SQLiteHistoryStore(HistoryStore):
                 c.executemany(_SKIP, list(batch.skipped.items()))
             c.executemany(_OFF, [(group, t, p, n) for (t, p), n in offsets.items()])
             c.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            c.execute("ROLLBACK")
+            raise HistoryConflictError(f"{self!r}: the batch breaks a unique key ({exc})") from exc
         except BaseException:
             if c.in_transaction:
                 c.execute("ROLLBACK")
