@@ -13,7 +13,8 @@ The loop, step by step:
 2. map them into one :class:`~scheduler.history.mapping.Batch` (pure; bad records are skipped
    and counted, never raised);
 3. :meth:`HistoryStore.apply`: the rows and the next offset of every partition read, in ONE
-   database transaction;
+   database transaction -- on the :class:`~scheduler.history.writer.BatchWriter`'s thread, while
+   this one consumes and maps the next batch (a rebalance first waits for the writer);
 4. commit the same offsets to Kafka, asynchronously and only for monitoring (consumer lag):
    they are never read back.
 
@@ -26,12 +27,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from scheduler.history.base import HistoryStore, TopicPartitionKey
 from scheduler.history.mapping import Batch, Source, classify, subscription
+from scheduler.history.writer import BatchWriter, Job
 from scheduler.kafka.clients import consumer as make_consumer
 from scheduler.settings import Settings
 
@@ -83,6 +86,8 @@ class Indexer:
         self._ends: dict[TopicPartitionKey, int] = {}
         self._next: dict[TopicPartitionKey, int] = {}  # the next offset the store holds, per partition
         self._stopping = False
+        self._kafka_offsets: Mapping[TopicPartitionKey, int] = {}
+        self.writer = BatchWriter(store, self.group, self._applied)
         self.consumer: Consumer = make_consumer(
             settings.bootstrap_servers, self.group,
             **{"partition.assignment.strategy": "cooperative-sticky",
@@ -104,17 +109,38 @@ class Indexer:
             while not self._stopping:
                 msgs = self.consumer.consume(self.max_batch, self.max_wait_s)
                 if msgs:
-                    self._apply(msgs)
+                    self._submit(msgs)
+                self._commit_to_kafka()
                 if until_end and self._at_end():
                     break
+            self.writer.drain()
         finally:
+            self.writer.close()
             self.consumer.close()
         return self.stats
 
-    def _apply(self, msgs: list[Message]) -> None:
+    def _submit(self, msgs: list[Message]) -> None:
+        """Steps 2-3: map ``msgs`` into a batch and hand it to the writer (which applies it)."""
         if not self.stats.first_batch_at:
             self.stats.first_batch_at = time.monotonic()
-        batch = Batch()
+        batch, offsets = self._map(msgs, verify_ids=False)
+        if offsets:
+            self.writer.submit(Job(batch, offsets, lambda: self._map(msgs, verify_ids=True)[0]))
+
+    def _commit_to_kafka(self) -> None:
+        """Step 4, for monitoring only (lag): the offsets of the last committed batch, if new."""
+        offsets, self._kafka_offsets = self._kafka_offsets, {}
+        if not offsets:
+            return
+        try:
+            self.consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True
+            )
+        except KafkaException as exc:  # the database holds the truth
+            log.debug("history: offset commit to Kafka failed: %s", exc)
+
+    def _map(self, msgs: list[Message], *, verify_ids: bool) -> tuple[Batch, dict[TopicPartitionKey, int]]:
+        batch = Batch(verify_ids=verify_ids)
         offsets: dict[TopicPartitionKey, int] = {}
         sources = self._sources
         add = batch.add
@@ -129,25 +155,22 @@ class Indexer:
             offsets[(topic, m.partition() or 0)] = (m.offset() or 0) + 1
             if src is not None:
                 add(src[0], src[1], m.value(), m.timestamp()[1])
-        if not offsets:
-            return
-        self.store.apply(self.group, batch, offsets)
-        self._next.update(offsets)
-        self.stats.last_batch_at = time.monotonic()
+        return batch, offsets
+
+    def _applied(self, job: Job, batch: Batch) -> None:
+        """On the writer's thread, after a commit: the stats, the skips logged, step 4."""
+        self._next.update(job.offsets)
         self.stats.records += batch.records
         self.stats.batches += 1
+        self.stats.last_batch_at = time.monotonic()
         for reason, n in batch.skipped.items():
             self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + n
         for message in batch.errors:
             log.warning("history: skipped %s", message)
-        try:
-            self.consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True
-            )
-        except KafkaException as exc:  # monitoring only: the database holds the truth
-            log.debug("history: offset commit to Kafka failed: %s", exc)
+        self._kafka_offsets = job.offsets
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.writer.drain()  # the database's offsets must include every batch consumed so far
         stored = self.store.offsets(self.group)
         for tp in partitions:
             tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
@@ -162,6 +185,7 @@ class Indexer:
             log.info("history: assigned %d partitions (from the database's offsets)", len(partitions))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.writer.drain()
         for tp in partitions:
             self._ends.pop((tp.topic, tp.partition), None)
             self._next.pop((tp.topic, tp.partition), None)

@@ -29,8 +29,11 @@ _EVENT_STATES: tuple[str, ...] = tuple(
 
 
 def _long(buf: bytes, pos: int) -> tuple[int, int]:
+    """Avro long at ``pos`` (zig-zag varint): (value, position after it)."""
     b = buf[pos]
     pos += 1
+    if b < 0x80:  # lengths, attempts, enum indexes, union branches: one byte
+        return (b >> 1) ^ -(b & 1), pos
     z = b & 0x7F
     shift = 7
     while b & 0x80:
@@ -61,13 +64,14 @@ def dispatch_fields(value: bytes) -> tuple[str, str, str, int, int, int, int]:
         _, p = _long(value, p)  # enqueued_at_ms: the broker's LogAppendTime is the truth
         att, p = _long(value, p)
         _, p = _long(value, p)  # lane
-        _, p = _text(value, p)  # handler
+        h, p = _long(value, p)  # handler: skipped, not decoded
+        p += h
         n, p = _long(value, p)  # payload
         p += n
         union, p = _long(value, p)  # deadline_ms: null | long
         if union == 1:
             _, p = _long(value, p)
-        if n < 0 or union not in (0, 1) or p != len(value):
+        if h < 0 or n < 0 or union not in (0, 1) or p != len(value):
             raise ValueError(f"Occurrence: malformed tail (payload {n}, deadline branch {union}, "
                              f"end {p} of {len(value)} bytes)")
         return oid, sid, ten, ver, sf, av, att

@@ -24,13 +24,15 @@ class Dialect:
     boolean: str
     greatest: str  # "max" (SQLite's scalar max) or "GREATEST"
     collate: str  # appended to a text operand compared by code point
+    fill: str = ""  # storage parameters of the tables updated in place (PostgreSQL: room for HOT updates)
 
     def text(self, expr: str) -> str:
         return f"{expr}{self.collate}"
 
 
 SQLITE = Dialect(mark="?", bigint="INTEGER", boolean="INTEGER", greatest="max", collate="")
-POSTGRES = Dialect(mark="%s", bigint="bigint", boolean="boolean", greatest="GREATEST", collate=' COLLATE "C"')
+POSTGRES = Dialect(mark="%s", bigint="bigint", boolean="boolean", greatest="GREATEST", collate=' COLLATE "C"',
+                   fill=" WITH (fillfactor = 70)")
 
 
 def ddl(d: Dialect) -> list[str]:
@@ -42,13 +44,13 @@ def ddl(d: Dialect) -> list[str]:
         f" version {b} NOT NULL, scheduled_for_ms {b} NOT NULL, available_at_ms {b},"
         f" enqueued_at_ms {b}, state {t} NOT NULL, state_rank {b} NOT NULL, state_at_ms {b} NOT NULL,"
         f" attempt_count {b} NOT NULL, reason {t},"
-        " UNIQUE (schedule_id, version, scheduled_for_ms))",
+        f" UNIQUE (schedule_id, version, scheduled_for_ms)){d.fill}",
         "CREATE INDEX IF NOT EXISTS occurrences_tenant_time ON occurrences (tenant, scheduled_for_ms)",
         "CREATE TABLE IF NOT EXISTS attempts ("
         f" occurrence_id {t} NOT NULL, attempt_no {b} NOT NULL, token {t} NOT NULL, tenant {t} NOT NULL,"
         f" schedule_id {t} NOT NULL, worker_id {t} NOT NULL, started_at_ms {b}, last_heartbeat_ms {b},"
         f" finished_at_ms {b}, result {t}, retryable {d.boolean}, error_class {t}, error_message {t},"
-        " PRIMARY KEY (occurrence_id, attempt_no, token))",
+        f" PRIMARY KEY (occurrence_id, attempt_no, token)){d.fill}",
         "CREATE TABLE IF NOT EXISTS schedules ("
         f" schedule_id {t} NOT NULL, version {b} NOT NULL, tenant {t} NOT NULL, state {t} NOT NULL,"
         f" effective_from_ms {b} NOT NULL, effective_until_ms {b}, command {t}, request_id {t},"

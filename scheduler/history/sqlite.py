@@ -1,5 +1,7 @@
 """``SQLiteHistoryStore``: the embedded default history store (stdlib ``sqlite3``, one file).
 
+One connection, used by one thread at a time (the indexer hands it between its threads).
+
 WAL journal mode (readers -- queries, tests -- never block the indexer) and a busy timeout;
 each batch is ``BEGIN IMMEDIATE`` + ``executemany`` upserts + the offsets + ``COMMIT``, with
 ``synchronous=NORMAL`` (WAL: a committed batch survives a process crash; a power loss may undo
@@ -46,7 +48,9 @@ class SQLiteHistoryStore(HistoryStore):
         self.path = Path(raw)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("BEGIN IMMEDIATE")
