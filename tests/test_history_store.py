@@ -126,3 +126,30 @@ def test_open_store_picks_the_backend_from_the_dsn(tmp_path: Path) -> None:
 
     with pytest.raises(HistoryStoreError, match=r"cannot connect.*check history_dsn"):
         open_store("postgresql://nobody@127.0.0.1:1/none", tmp_path / "unused.db")
+
+
+def test_a_conflicting_batch_is_rebuilt_with_every_id_checked(tmp_path: Path) -> None:
+    """A processor record with a forged id breaks the UNIQUE key; the writer re-maps and applies."""
+    from dataclasses import replace as with_
+
+    from scheduler.history.writer import BatchWriter, Job
+    from scheduler.records import OccurrenceEvent, decode, encode
+
+    real = event(T, "s1", SF, "SUCCEEDED")
+    forged_event = with_(decode(real.value or b"", OccurrenceEvent), occurrence_id="f" * 32)
+    recs = [dispatch(T, "s1", SF), Rec(real.source, T, encode(forged_event), 1, "s1")]
+
+    def build(verify: bool) -> Batch:
+        b = Batch(verify_ids=verify)
+        for r in recs:
+            b.add(r.source, r.tenant, r.value, r.ts)
+        return b
+
+    applied: list[Batch] = []
+    with open_store(f"sqlite://{tmp_path / 'h.db'}", tmp_path / "unused.db") as store:
+        writer = BatchWriter(store, G, lambda job, batch: applied.append(batch))
+        writer.submit(Job(build(False), {("d", 0): 2}, lambda: build(True)))
+        writer.drain()
+        writer.close()
+        assert store.count("occurrences") == 1 and store.offsets(G) == {("d", 0): 2}
+    assert applied[0].verify_ids and applied[0].skipped == {"occurrence_id mismatch": 1}
