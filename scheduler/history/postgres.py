@@ -110,11 +110,11 @@ class PostgresHistoryStore(HistoryStore):
                             copy.write_row(a.as_tuple())
                     cur.execute(_ATT)  # type: ignore[arg-type]
                 if batch.versions:
-                    cur.executemany(_VER, [r.as_tuple() for r in batch.versions.values()])  # type: ignore[arg-type]
+                    cur.executemany(_VER, [batch.versions[k].as_tuple() for k in sorted(batch.versions)])  # type: ignore[arg-type]
                     cur.execute(_UNTIL, (sorted({k[0] for k in batch.versions}),))  # type: ignore[arg-type]
                 if batch.skipped:
-                    cur.executemany(_SKIP, list(batch.skipped.items()))  # type: ignore[arg-type]
-                cur.executemany(_OFF, [(group, t, p, n) for (t, p), n in offsets.items()])  # type: ignore[arg-type]
+                    cur.executemany(_SKIP, sorted(batch.skipped.items()))  # type: ignore[arg-type]
+                cur.executemany(_OFF, [(group, t, p, n) for (t, p), n in sorted(offsets.items())])  # type: ignore[arg-type]
             c.commit()
         except pg_errors.UniqueViolation as exc:
             _rollback_quietly(c)

@@ -156,8 +156,13 @@ def select_offsets(d: Dialect) -> str:
     return f"SELECT topic, partition, next_offset FROM consumer_offsets WHERE group_id = {d.mark}"
 
 
+_KEYS = {"occurrences": "occurrence_id", "attempts": "occurrence_id, attempt_no, token"}
+
+
 def _insert(table: str, columns: tuple[str, ...], d: Dialect, source: str | None) -> str:
+    """INSERT of VALUES, or of every row of ``source`` in key order: concurrent indexers then lock
+    the rows they share in the same order and cannot deadlock."""
     cols = ", ".join(columns)
     if source is None:
         return f"INSERT INTO {table} ({cols}) VALUES ({_values(d, len(columns))})"
-    return f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {source} WHERE true"  # SQLite needs the WHERE
+    return f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {source} WHERE true ORDER BY {_KEYS[table]}"
