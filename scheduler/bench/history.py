@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     p.add_argument("--tenants", type=int, default=2)
     p.add_argument("--reports", action="store_true", help="also write STARTED and SUCCEEDED reports")
     p.add_argument("--dsn", default=None, help="history store to fill (default: SQLite in a temp folder)")
-    p.add_argument("--max-batch", type=int, default=5_000)
+    p.add_argument("--max-batch", type=int, default=16_000)
     p.add_argument("--json", dest="json_file", default="bench-out/history.json")
     p.set_defaults(handler=_run)
 

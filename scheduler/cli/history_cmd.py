@@ -23,8 +23,8 @@ def register(sub: Any) -> None:
     p.add_argument("--until-end", action="store_true",
                    help="exit once every partition is read to the end it had when assigned")
     p.add_argument("--group", default=None, help="consumer group (default: <namespace>.history)")
-    p.add_argument("--max-batch", type=int, default=5_000,
-                   help="records per database transaction at most (default 5000)")
+    p.add_argument("--max-batch", type=int, default=16_000,
+                   help="records per database transaction at most (default 16000)")
     p.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.max_batch < 1:
-        raise UsageError(f"--max-batch {args.max_batch}: must be at least 1, e.g. --max-batch 5000")
+        raise UsageError(f"--max-batch {args.max_batch}: must be at least 1, e.g. --max-batch 16000")
     settings = load_settings()
     dsn = settings.history_dsn if args.dsn is None else args.dsn
     try:
