@@ -88,6 +88,7 @@ class Indexer:
         self._ends: dict[TopicPartitionKey, int] = {}
         self._next: dict[TopicPartitionKey, int] = {}  # the next offset the store holds, per partition
         self._stopping = False
+        self._until_end = False
         self._kafka_offsets: Mapping[TopicPartitionKey, int] = {}
         self.writer = BatchWriter(store, self.group, self._applied)
         self.consumer: Consumer = make_consumer(
@@ -103,6 +104,7 @@ class Indexer:
 
     def run(self, *, until_end: bool = False) -> IndexerStats:
         """Run the loop (module docstring) and close the consumer; returns the stats."""
+        self._until_end = until_end
         self.consumer.subscribe(
             subscription(self.settings.namespace),
             on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke,
@@ -177,11 +179,12 @@ class Indexer:
         for tp in partitions:
             tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
             self._next[(tp.topic, tp.partition)] = max(tp.offset, 0)
-            try:
-                _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            except KafkaException:
-                high = -1  # unknown: not waited for by until_end
-            self._ends[(tp.topic, tp.partition)] = high
+            if self._until_end:  # one round trip a partition: only a run that stops at the end needs it
+                try:
+                    _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                except KafkaException:
+                    high = -1  # unknown: not waited for
+                self._ends[(tp.topic, tp.partition)] = high
         consumer.incremental_assign(partitions)
         if partitions:
             log.info("history: assigned %d partitions (from the database's offsets)", len(partitions))
