@@ -21,6 +21,7 @@ from history_backends import HistoryBackend, normalised
 from scheduler.bench.common import BenchNamespace, bench_namespace
 from scheduler.bench.history import publish, records
 from scheduler.history.indexer import Indexer, replay
+from scheduler.history.metrics import HistoryMetrics
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant
 
@@ -59,7 +60,7 @@ def test_a_clean_replay_has_every_noun(clean: dict[str, list[tuple[object, ...]]
 
 def _indexer(space: BenchNamespace, dsn: str, *extra: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "scheduler", "history", "--dsn", dsn, "--group", "killed",
-           "--max-batch", "300", "--until-end", "--log-level", "WARNING", *extra]
+           "--max-batch", "300", "--until-end", "--no-metrics", "--log-level", "WARNING", *extra]
     return subprocess.Popen(cmd, env=space.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -100,7 +101,8 @@ def test_a_new_tenants_topics_are_picked_up_live(space: BenchNamespace, tmp_path
 
     backend = HistoryBackend("sqlite", f"sqlite://{tmp_path / 'live.db'}")
     with backend.store() as writer, backend.store() as store:  # the test reads on its own connection
-        indexer = Indexer(space.settings, writer, group="live")
+        metrics = HistoryMetrics()
+        indexer = Indexer(space.settings, writer, group="live", metrics=metrics)
         import threading
 
         runner = threading.Thread(target=indexer.run, daemon=True)
@@ -114,6 +116,10 @@ def test_a_new_tenants_topics_are_picked_up_live(space: BenchNamespace, tmp_path
             apply_topics(space.admin, desired_topics(space.settings, [*TENANTS, "hnew"]))
             publish(space.settings, records(space.settings, ["hnew"], 50, reports=False))
             _wait(lambda: store.count("occurrences") == OCCURRENCES + 50, 60, "the new tenant's records")
+            value = metrics.registry.get_sample_value
+            assert value("ksched_history_rows_written_total", {"table": "occurrences"}) >= OCCURRENCES + 50
+            assert value("ksched_history_records_total") == indexer.stats.records > 0
+            assert value("ksched_history_batch_seconds_count") == indexer.stats.batches
         finally:
             indexer.stop()
             runner.join(30)

@@ -147,7 +147,7 @@ def test_a_conflicting_batch_is_rebuilt_with_every_id_checked(tmp_path: Path) ->
 
     applied: list[Batch] = []
     with open_store(f"sqlite://{tmp_path / 'h.db'}", tmp_path / "unused.db") as store:
-        writer = BatchWriter(store, G, lambda job, batch: applied.append(batch))
+        writer = BatchWriter(store, G, lambda job, batch, seconds: applied.append(batch))
         writer.submit(Job(build(False), {("d", 0): 2}, lambda: build(True)))
         writer.drain()
         writer.close()

@@ -25,6 +25,10 @@ def register(sub: Any) -> None:
     p.add_argument("--group", default=None, help="consumer group (default: <namespace>.history)")
     p.add_argument("--max-batch", type=int, default=16_000,
                    help="records per database transaction at most (default 16000)")
+    metrics = p.add_mutually_exclusive_group()
+    metrics.add_argument("--metrics-port", type=int, default=None,
+                         help="serve /metrics here (default: setting metrics_port + 2)")
+    metrics.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
@@ -38,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.cli import UsageError
     from scheduler.history import HistoryStoreError, open_store
     from scheduler.history.indexer import Indexer
+    from scheduler.history.metrics import HistoryMetrics
     from scheduler.settings import load_settings
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -52,7 +57,10 @@ def _run(args: argparse.Namespace) -> int:
     with store:
         if args.from_beginning:
             store.reset()
-        indexer = Indexer(settings, store, group=args.group, max_batch=args.max_batch)
+        metrics = HistoryMetrics()
+        if not args.no_metrics:
+            _serve_metrics(args.metrics_port or settings.metrics_port + 2, metrics.registry)
+        indexer = Indexer(settings, store, group=args.group, max_batch=args.max_batch, metrics=metrics)
         signal.signal(signal.SIGTERM, lambda *_: indexer.stop())
         try:
             stats = indexer.run(until_end=args.until_end)
@@ -63,3 +71,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"history: {stats.records} records in {stats.batches} batches; skipped: {skipped}; "
               f"rows: {store.counts()}")
     return 0
+
+
+def _serve_metrics(port: int, registry: Any) -> None:
+    from prometheus_client import start_http_server
+
+    from scheduler.cli import UsageError
+
+    try:
+        start_http_server(port, addr="127.0.0.1", registry=registry)
+    except OSError as exc:
+        raise UsageError(
+            f"--metrics-port {port}: cannot listen ({exc.strerror}); "
+            "pass another --metrics-port or --no-metrics"
+        ) from None

@@ -36,6 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from scheduler.history.base import HistoryStore, TopicPartitionKey
 from scheduler.history.mapping import Batch, Source, classify, subscription
+from scheduler.history.metrics import HistoryMetrics
 from scheduler.history.writer import BatchWriter, Job
 from scheduler.kafka.clients import consumer as make_consumer
 from scheduler.settings import Settings
@@ -77,6 +78,7 @@ class Indexer:
         group: str | None = None,
         max_batch: int = 16_000,
         max_wait_s: float = 0.5,
+        metrics: HistoryMetrics | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -84,6 +86,7 @@ class Indexer:
         self.group = group or group_id(settings)
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self.stats = IndexerStats()
+        self.metrics = metrics or HistoryMetrics()
         self._sources: dict[str, tuple[Source, str | None] | None] = {}
         self._ends: dict[TopicPartitionKey, int] = {}
         self._next: dict[TopicPartitionKey, int] = {}  # the next offset the store holds, per partition
@@ -161,14 +164,24 @@ class Indexer:
                 add(src[0], src[1], m.value(), m.timestamp()[1])
         return batch, offsets
 
-    def _applied(self, job: Job, batch: Batch) -> None:
+    def _applied(self, job: Job, batch: Batch, seconds: float) -> None:
         """On the writer's thread, after a commit: the stats, the skips logged, step 4."""
         self._next.update(job.offsets)
+        now = time.monotonic()
+        self.metrics.batch_seconds.observe(seconds)
         self.stats.records += batch.records
         self.stats.batches += 1
-        self.stats.last_batch_at = time.monotonic()
+        self.stats.last_batch_at = now
+        m = self.metrics
+        m.records.inc(batch.records)
+        m.batches.inc()
+        m.last_commit.set_to_current_time()
+        for table, rows in (("occurrences", batch.occurrences), ("attempts", batch.attempts),
+                            ("schedules", batch.versions)):
+            m.rows.labels(table=table).inc(len(rows))
         for reason, n in batch.skipped.items():
             self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + n
+            m.skipped.labels(reason=reason).inc(n)
         for message in batch.errors:
             log.warning("history: skipped %s", message)
         self._kafka_offsets = job.offsets

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -31,10 +32,10 @@ class Job:
 
 
 class BatchWriter:
-    """One thread applying :class:`Job`\\ s to ``store`` for ``group``; ``done(job, batch)`` runs on
-    that thread after each commit (with the batch actually applied)."""
+    """One thread applying :class:`Job`\\ s to ``store`` for ``group``; ``done(job, batch, seconds)``
+    runs on that thread after each commit (the batch actually applied, the time it took)."""
 
-    def __init__(self, store: HistoryStore, group: str, done: Callable[[Job, Batch], None]) -> None:
+    def __init__(self, store: HistoryStore, group: str, done: Callable[[Job, Batch, float], None]) -> None:
         self._store, self._group, self._done = store, group, done
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=1)
         self._idle = threading.Condition()
@@ -73,7 +74,9 @@ class BatchWriter:
                 return
             if self._error is None:
                 try:
-                    self._done(job, self._apply(job))
+                    started = time.monotonic()
+                    applied = self._apply(job)
+                    self._done(job, applied, time.monotonic() - started)
                 except BaseException as exc:  # handed to the indexer's thread by _raise
                     self._error = exc
             with self._idle:
