@@ -7,6 +7,8 @@ module returns. One principal per role:
 - ``<ns>.processor`` — the processors: read every tenant's commands, write every tenant's
   results, schedules copy, versions, dispatch, occurrence events and DLQ, own the cluster's
   state topics, its own group and transactional ids.
+- ``<ns>.history`` — the history indexers: read every tenant's commands, dispatch and occurrence
+  events and the cluster's schedules and schedule history, in their own group. Nothing else.
 - ``<ns>.tenant.<T>`` — one per tenant: write its commands, read its results, schedules,
   versions, dispatch, occurrence events and DLQ and the tenant registry, use groups and
   transactional ids under ``<ns>.tenant.<T>.`` — nothing else.
@@ -67,6 +69,10 @@ def processor(namespace: str) -> Principal:
     return Principal(f"{namespace}.processor", f"{namespace}.processor.")
 
 
+def history(namespace: str) -> Principal:
+    return Principal(f"{namespace}.history", f"{namespace}.history.")
+
+
 def tenant(namespace: str, name: str) -> Principal:
     """Tenant ``name``'s principal. Pre: ``name`` matches :data:`TENANT_NAME` (else ValueError)."""
     if not TENANT_NAME.match(name):
@@ -113,6 +119,22 @@ def processor_bindings(namespace: str) -> list[Binding]:
     return out
 
 
+def history_bindings(namespace: str) -> list[Binding]:
+    """The history indexers' ACLs: read only (docs/history.md), in group ``<ns>.history``."""
+    p, ns = history(namespace), namespace
+    out: list[Binding] = []
+    for t in (TENANT_INPUT, "dispatch", "occurrence-events"):
+        out += _grant(p, TOPIC, PREFIXED, f"{ns}.{t}.", ("READ", "DESCRIBE"))
+    for t in ("schedules", "schedule-history"):
+        out += _grant(p, TOPIC, LITERAL, f"{ns}.{t}", ("READ", "DESCRIBE"))
+    out += _grant(p, GROUP, LITERAL, f"{ns}.history", ("READ", "DESCRIBE"))
+    out += _grant(p, GROUP, PREFIXED, p.group_prefix, ("READ", "DESCRIBE"))
+    return out
+
+
 def service_principals(namespace: str) -> list[tuple[Principal, list[Binding]]]:
     """The service roles ``ksched kafka start`` / ``ksched topics apply`` create, with their ACLs."""
-    return [(processor(namespace), processor_bindings(namespace))]
+    return [
+        (processor(namespace), processor_bindings(namespace)),
+        (history(namespace), history_bindings(namespace)),
+    ]

@@ -1,6 +1,7 @@
 """Each process connects as its own principal (docs/security.md): the one place that picks it.
 
-The admin tools connect as ``admin``, the processor as ``<ns>.processor``, a tenant's worker
+The admin tools connect as ``admin``, the processor as ``<ns>.processor``, the history indexer as
+``<ns>.history``, a tenant's worker
 and SDK client as ``<ns>.tenant.<T>`` (:mod:`scheduler.access`). An explicit
 ``sasl_username`` (``KSCHED_SASL_USERNAME``) wins over all of them (``Settings.kafka``); the
 group prefix stays the role's, so ids stay inside the role's ACLs.
@@ -19,6 +20,11 @@ def as_admin(settings: Settings) -> KafkaConnection:
 
 def as_processor(settings: Settings) -> KafkaConnection:
     p = access.processor(settings.namespace)
+    return settings.kafka(p.user, group_prefix=p.group_prefix)
+
+
+def as_history(settings: Settings) -> KafkaConnection:
+    p = access.history(settings.namespace)
     return settings.kafka(p.user, group_prefix=p.group_prefix)
 
 

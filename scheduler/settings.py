@@ -64,11 +64,19 @@ class Settings:
     start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     metrics_port: int = 9464
     api_port: int = 8080
+    # History store (ksched history): empty = the SQLite file history.db in the data dir; else
+    # sqlite:///PATH, a file path, or a PostgreSQL URL / libpq string (docs/history.md).
+    history_dsn: str = ""
 
     @property
     def bootstrap_servers(self) -> str:
         """The bootstrap list to connect to: the configured one, or the local broker."""
         return self.bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def history_default_sqlite(self) -> Path:
+        """The SQLite file used when ``history_dsn`` is empty."""
+        return _data_home() / "history.db"
 
     @property
     def embedded(self) -> bool:

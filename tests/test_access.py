@@ -75,3 +75,14 @@ def test_principal_names_carry_the_namespace_and_reject_bad_tenants() -> None:
     assert access.processor("ns1").user == "ns1.processor"
     with pytest.raises(ValueError, match=r"tenant 'a\.b'"):
         access.tenant("ns1", "a.b")
+
+
+def test_the_history_indexer_only_reads() -> None:
+    got = {(b.resource_type, b.pattern, b.name, b.operation) for b in access.history_bindings(NS)}
+    assert {op for *_, op in got} == {"READ", "DESCRIBE"}
+    assert {(t, p, n) for t, p, n, _ in got} == {
+        (TOPIC, PREFIXED, "ksched.commands."), (TOPIC, PREFIXED, "ksched.dispatch."),
+        (TOPIC, PREFIXED, "ksched.occurrence-events."), (TOPIC, LITERAL, "ksched.schedules"),
+        (TOPIC, LITERAL, "ksched.schedule-history"), (GROUP, LITERAL, "ksched.history"),
+        (GROUP, PREFIXED, "ksched.history."),
+    }  # fmt: skip

@@ -120,3 +120,21 @@ def test_every_command_kind_has_its_row() -> None:
     from scheduler.vocabulary import CommandKind
 
     assert set(CHANGES) | {CommandKind.CREATE} == set(CommandKind)
+
+
+def test_the_history_mapping_and_stores_import_no_kafka() -> None:
+    """Records → rows and the SQL stores are pure of Kafka; only the indexer's loop talks to it."""
+    graph = _graph()
+    pure = [m for m in graph if m.startswith("scheduler.history.") and m != "scheduler.history.indexer"]
+    assert "scheduler.history.mapping" in pure and "scheduler.history.base" in pure
+    for m in pure:
+        seen, todo = set(), [m]
+        while todo:
+            for d in graph.get(todo.pop(), ()):
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        bad = {d for d in seen if d.startswith(("scheduler.kafka", "scheduler.processor"))}
+        assert not bad, f"{m} reaches {sorted(bad)}"
+        path = ROOT.parent / (m.replace(".", "/") + ".py")
+        assert "confluent_kafka" not in path.read_text(), f"{path} imports confluent_kafka"

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "preview_cmd",
     "processor_cmd",
     "worker_cmd",
+    "history_cmd",
     "schedule_cmd",
     "dlq_cmd",
     "demo_cmd",

@@ -94,6 +94,7 @@ def _start(folder: Path, env: dict[str, str]) -> dict[str, subprocess.Popen[byte
     ksched = [sys.executable, "-m", "scheduler"]
     cmds = {
         "processor": [*ksched, "processor", "--log-level", "INFO"],
+        "history": [*ksched, "history", "--no-metrics", "--log-level", "INFO"],  # store: setting history_dsn
         **{
             f"worker-{t}": [
                 *ksched,

@@ -1,0 +1,44 @@
+"""The history store and its indexer (DESIGN.md §6; ``docs/history.md``).
+
+:mod:`~scheduler.history.rows` and :mod:`~scheduler.history.mapping` are pure (records → rows,
+the merge rules); :class:`HistoryStore` (``base.py``) is the contract, :class:`SQLiteHistoryStore`
+the embedded default and :class:`PostgresHistoryStore` the production store;
+:mod:`~scheduler.history.indexer` is the thin Kafka loop (imported on its own: it needs Kafka).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scheduler.history.base import HistoryConflictError, HistoryStore, HistoryStoreError
+from scheduler.history.mapping import Batch, Source, classify
+from scheduler.history.postgres import PostgresHistoryStore
+from scheduler.history.sqlite import SQLiteHistoryStore
+
+__all__ = [
+    "Batch",
+    "HistoryConflictError",
+    "HistoryStore",
+    "HistoryStoreError",
+    "PostgresHistoryStore",
+    "SQLiteHistoryStore",
+    "Source",
+    "classify",
+    "open_store",
+]
+
+_PG_PREFIXES = ("postgresql://", "postgres://")
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def open_store(dsn: str, default_sqlite: Path) -> HistoryStore:
+    """The store ``dsn`` names: empty → SQLite at ``default_sqlite``; ``sqlite:///PATH`` or a plain
+    path → SQLite there; ``postgresql://…`` / ``postgres://…`` or a libpq ``key=value`` string →
+    PostgreSQL. Raises :class:`HistoryStoreError` naming the setting when it cannot be opened."""
+    if not dsn:
+        return SQLiteHistoryStore(default_sqlite)
+    if dsn.startswith(_PG_PREFIXES) or ("=" in dsn and not dsn.startswith(_SQLITE_PREFIX)):
+        return PostgresHistoryStore(dsn)
+    path = dsn[len(_SQLITE_PREFIX) - 1:] if dsn.startswith(_SQLITE_PREFIX) else dsn
+    return SQLiteHistoryStore(Path(os.path.expanduser(path)))

@@ -1,0 +1,106 @@
+"""Hand-rolled readers of the two records a replay is made of (dispatch records and events).
+
+They read the *current* schema's layout straight from the Avro body (about three times faster
+than fastavro plus a dict), check that the whole body is consumed, and fall back to the generic
+decoder for a record written with an older schema version (another fingerprint). Field orders
+are checked against the schemas at import, so a schema change cannot desynchronise them. Any
+malformed body raises ``ValueError``/``IndexError``/``RecordDecodeError``.
+"""
+
+from __future__ import annotations
+
+from scheduler.records import Occurrence, OccurrenceEvent, current_schema, decode_fields
+
+_OCC_SCHEMA = current_schema(Occurrence)
+_OCC_HEADER = _OCC_SCHEMA.header
+_OCC_FIELDS = ("occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "available_at_ms",
+               "enqueued_at_ms", "attempt", "lane", "handler", "payload", "deadline_ms")
+if tuple(f["name"] for f in _OCC_SCHEMA.expanded["fields"]) != _OCC_FIELDS:  # pragma: no cover
+    raise RuntimeError("Occurrence fields changed: update scheduler/history/readers.py")
+_EVENT_SCHEMA = current_schema(OccurrenceEvent)
+_EVENT_HEADER = _EVENT_SCHEMA.header
+_EVENT_FIELDS = ("occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "state", "attempt",
+                 "reason", "at_ms")
+if tuple(f["name"] for f in _EVENT_SCHEMA.expanded["fields"]) != _EVENT_FIELDS:  # pragma: no cover
+    raise RuntimeError("OccurrenceEvent fields changed: update scheduler/history/readers.py")
+_EVENT_STATES: tuple[str, ...] = tuple(
+    next(f["type"]["symbols"] for f in _EVENT_SCHEMA.expanded["fields"] if f["name"] == "state")
+)
+
+
+def _long(buf: bytes, pos: int) -> tuple[int, int]:
+    """Avro long at ``pos`` (zig-zag varint): (value, position after it)."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:  # lengths, attempts, enum indexes, union branches: one byte
+        return (b >> 1) ^ -(b & 1), pos
+    z = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        shift += 7
+    return (z >> 1) ^ -(z & 1), pos
+
+
+def _text(buf: bytes, pos: int) -> tuple[str, int]:
+    n, pos = _long(buf, pos)
+    end = pos + n
+    if n < 0 or end > len(buf):
+        raise ValueError(f"string of {n} bytes at {pos} runs past the record")
+    return buf[pos:end].decode(), end
+
+
+def dispatch_fields(value: bytes) -> tuple[str, str, str, int, int, int, int]:
+    """(occurrence_id, schedule_id, tenant, version, scheduled_for, available_at, attempt)."""
+    if value[:10] == _OCC_HEADER:
+        oid, p = _text(value, 10)
+        sid, p = _text(value, p)
+        ten, p = _text(value, p)
+        ver, p = _long(value, p)
+        sf, p = _long(value, p)
+        av, p = _long(value, p)
+        _, p = _long(value, p)  # enqueued_at_ms: the broker's LogAppendTime is the truth
+        att, p = _long(value, p)
+        _, p = _long(value, p)  # lane
+        h, p = _long(value, p)  # handler: skipped, not decoded
+        p += h
+        n, p = _long(value, p)  # payload
+        p += n
+        union, p = _long(value, p)  # deadline_ms: null | long
+        if union == 1:
+            _, p = _long(value, p)
+        if h < 0 or n < 0 or union not in (0, 1) or p != len(value):
+            raise ValueError(f"Occurrence: malformed tail (payload {n}, deadline branch {union}, "
+                             f"end {p} of {len(value)} bytes)")
+        return oid, sid, ten, ver, sf, av, att
+    d = decode_fields(value, Occurrence)  # an older writer schema: resolved the slow way
+    return (d["occurrence_id"], d["schedule_id"], d["tenant"], d["version"], d["scheduled_for_ms"],
+            d["available_at_ms"], d["attempt"])
+
+
+def event_fields(value: bytes) -> tuple[str, str, str, int, int, str, int, str | None, int]:
+    """(occurrence_id, schedule_id, tenant, version, scheduled_for, state, attempt or 0, reason, at)."""
+    if value[:10] != _EVENT_HEADER:
+        d = decode_fields(value, OccurrenceEvent)  # an older writer schema
+        return (d["occurrence_id"], d["schedule_id"], d["tenant"], d["version"], d["scheduled_for_ms"],
+                str(d["state"]), d["attempt"] or 0, d["reason"], d["at_ms"])
+    oid, p = _text(value, 10)
+    sid, p = _text(value, p)
+    ten, p = _text(value, p)
+    ver, p = _long(value, p)
+    sf, p = _long(value, p)
+    state_index, p = _long(value, p)
+    branch, p = _long(value, p)
+    attempt = 0
+    if branch == 1:
+        attempt, p = _long(value, p)
+    reason_branch, p = _long(value, p)
+    reason = None
+    if reason_branch == 1:
+        reason, p = _text(value, p)
+    at, p = _long(value, p)
+    if p != len(value) or branch not in (0, 1) or reason_branch not in (0, 1):
+        raise ValueError(f"OccurrenceEvent: malformed body (end {p} of {len(value)} bytes)")
+    return oid, sid, ten, ver, sf, _EVENT_STATES[state_index], attempt, reason, at

@@ -1,0 +1,155 @@
+"""The HistoryStore contract, run against SQLite and PostgreSQL (tests/pg_fixture.py's server).
+
+The SQL merge must equal the Python merge of :mod:`scheduler.history.rows`: the same records
+applied in shuffled batches, some twice, end in the rows one merged batch gives.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from history_backends import HistoryBackend, normalised
+from history_records import T0_MS, Rec, dispatch, event, history, report, schedule, story
+
+from scheduler.history import HistoryConflictError, HistoryStore, open_store
+from scheduler.history.mapping import Batch, Source
+from scheduler.history.rows import OccurrenceRow
+
+KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+T = "acme"
+SF = T0_MS
+G = "grp"
+
+
+@pytest.fixture(params=KINDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> HistoryBackend:
+    if request.param == "sqlite":
+        return HistoryBackend("sqlite", f"sqlite://{tmp_path / 'history.db'}")
+    return HistoryBackend("postgres", request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+def store(backend: HistoryBackend) -> Iterator[HistoryStore]:
+    with backend.store() as s:
+        yield s
+
+
+def batch_of(recs: list[Rec]) -> Batch:
+    b = Batch()
+    for r in recs:
+        b.add(r.source, r.tenant, r.value, r.ts)
+    return b
+
+
+def records() -> list[Rec]:
+    return [
+        *story(T, "s1", 20),
+        dispatch(T, "s2", SF), event(T, "s2", SF, "RETRY_WAIT", attempt=1),
+        dispatch(T, "s2", SF, attempt=2, ts=SF + 500),
+        report(T, "s2", SF, "STARTED", attempt=2, token="b"),
+        report(T, "s2", SF, "STARTED", attempt=2, token="c"),
+        report(T, "s2", SF, "HEARTBEAT", attempt=2, token="b", at=SF + 600),
+        report(T, "s2", SF, "FAILED", attempt=2, token="b", retryable=False, error="E", at=SF + 700),
+        event(T, "s2", SF, "DEAD", attempt=2, reason="permanent"),
+        event(T, "s3", SF, "MISSED", attempt=None, reason="late"),
+        history(T, "s1", 2, "PAUSE", "PAUSED", SF + 10_000, spec=None),
+        history(T, "s1", 3, "RESUME", "ACTIVE", SF + 20_000, spec=None),
+        schedule(T, "s1", 3, "ACTIVE", SF + 20_000),
+    ]
+
+
+def test_sql_merge_equals_the_python_merge_in_any_order_and_batching(backend: HistoryBackend) -> None:
+    recs = records()
+    with backend.store() as once:
+        once.apply(G, batch_of(recs), {("t", 0): len(recs)})
+        expected = normalised(once)
+    assert len(expected["occurrences"]) == 22 and len(expected["attempts"]) == 22
+    rng = random.Random(3)
+    for round_no in range(3):
+        with backend.store() as s:
+            s.reset()
+            shuffled = recs + rng.sample(recs, 15)
+            rng.shuffle(shuffled)
+            for i in range(0, len(shuffled), 7):
+                s.apply(G, batch_of(shuffled[i:i + 7]), {("t", 0): i})
+            assert normalised(s) == expected, f"round {round_no}"
+
+
+def test_rows_and_offsets_commit_together_and_offsets_never_move_back(store: HistoryStore) -> None:
+    store.apply(G, batch_of(story(T, "s1", 3)), {("d", 0): 10, ("d", 1): 4})
+    store.apply(G, batch_of([]), {("d", 0): 7, ("e", 2): 1})  # a zombie's late, older commit
+    assert store.offsets(G) == {("d", 0): 10, ("d", 1): 4, ("e", 2): 1}
+    assert store.offsets("other") == {}
+    counts = store.counts()
+    assert (counts["occurrences"], counts["attempts"], counts["schedules"]) == (3, 3, 1)
+    bad = batch_of(story(T, "s9", 2))
+    sf = SF + 60_000
+    clash = OccurrenceRow("0" * 32, T, "s9", 1, sf, None, None, "MISSED", 0, 0, 0, None)
+    bad.occurrences[clash.occurrence_id] = clash  # same (schedule, version, scheduled_for): UNIQUE
+    with pytest.raises(HistoryConflictError, match=r"(?i)unique"):
+        store.apply(G, bad, {("d", 0): 99})
+    assert store.offsets(G)[("d", 0)] == 10, "a failed batch stores no offset"
+    assert store.count("occurrences") == 3, "... and no row"
+    store.apply(G, batch_of(story(T, "s9", 1)), {("d", 0): 11})  # the store is usable after it
+    assert store.count("occurrences") == 4
+
+
+def test_each_version_gets_its_effective_interval(store: HistoryStore) -> None:
+    store.apply(G, batch_of([history(T, "s1", 3, "RESUME", "ACTIVE", SF + 300)]), {})
+    store.apply(G, batch_of([history(T, "s1", 1, "CREATE", "ACTIVE", SF + 100)]), {})
+    store.apply(G, batch_of([history(T, "s1", 2, "PAUSE", "PAUSED", SF + 200, spec=None)]), {})
+    rows = store.rows("schedules", "version")
+    intervals = [(r[1], r[3], r[4], r[5]) for r in rows]  # version, state, from, until
+    assert intervals == [(1, "ACTIVE", SF + 100, SF + 200), (2, "PAUSED", SF + 200, SF + 300),
+                         (3, "ACTIVE", SF + 300, None)]
+
+
+def test_skips_are_counted_with_the_batch_and_reset_empties_everything(store: HistoryStore) -> None:
+    store.apply(G, batch_of([Rec(Source.DISPATCH, T, b"junk", 1, "s"), *story(T, "s1", 1)]), {("d", 0): 2})
+    store.apply(G, batch_of([Rec(Source.DISPATCH, T, b"x", 1, "s")]), {("d", 0): 3})
+    assert store.skipped() == {"undecodable dispatch": 2}
+    store.reset()
+    assert set(store.counts().values()) == {0} and store.offsets(G) == {}
+
+
+def test_open_store_picks_the_backend_from_the_dsn(tmp_path: Path) -> None:
+    with open_store("", tmp_path / "default.db") as s:
+        assert type(s).__name__ == "SQLiteHistoryStore" and (tmp_path / "default.db").exists()
+    with open_store(f"sqlite://{tmp_path / 'x.db'}", tmp_path / "unused.db") as s:
+        assert (tmp_path / "x.db").exists()
+    with open_store(str(tmp_path / "plain.db"), tmp_path / "unused.db"):
+        assert (tmp_path / "plain.db").exists()
+    from scheduler.history import HistoryStoreError
+
+    with pytest.raises(HistoryStoreError, match=r"cannot connect.*check history_dsn"):
+        open_store("postgresql://nobody@127.0.0.1:1/none", tmp_path / "unused.db")
+
+
+def test_a_conflicting_batch_is_rebuilt_with_every_id_checked(tmp_path: Path) -> None:
+    """A processor record with a forged id breaks the UNIQUE key; the writer re-maps and applies."""
+    from dataclasses import replace as with_
+
+    from scheduler.history.writer import BatchWriter, Job
+    from scheduler.records import OccurrenceEvent, decode, encode
+
+    real = event(T, "s1", SF, "SUCCEEDED")
+    forged_event = with_(decode(real.value or b"", OccurrenceEvent), occurrence_id="f" * 32)
+    recs = [dispatch(T, "s1", SF), Rec(real.source, T, encode(forged_event), 1, "s1")]
+
+    def build(verify: bool) -> Batch:
+        b = Batch(verify_ids=verify)
+        for r in recs:
+            b.add(r.source, r.tenant, r.value, r.ts)
+        return b
+
+    applied: list[Batch] = []
+    with open_store(f"sqlite://{tmp_path / 'h.db'}", tmp_path / "unused.db") as store:
+        writer = BatchWriter(store, G, lambda job, batch, seconds: applied.append(batch))
+        writer.submit(Job(build(False), {("d", 0): 2}, lambda: build(True)))
+        writer.drain()
+        writer.close()
+        assert store.count("occurrences") == 1 and store.offsets(G) == {("d", 0): 2}
+    assert applied[0].verify_ids and applied[0].skipped == {"occurrence_id mismatch": 1}
