@@ -515,7 +515,8 @@ class TenantRecord:
     trigger_rate_per_s: int
     # Late (catch-up) occurrences emitted per second, across all shards; 0: no limit.
     catch_up_rate_per_s: int
-    # Handlers running at once in one worker process of the tenant (its default concurrency).
+    # Occurrences dispatched and not finished at once, across all shards and worker processes (also each
+    # worker's default concurrency); 0: no limit.
     max_running: int
     # Retries emitted per minute, across all shards; 0: no limit.
     retry_budget_per_min: int
