@@ -27,6 +27,7 @@ from scheduler.processor.heap import Heap
 from scheduler.processor.inbox import Inbox
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.ownership import Loss, OwnedShard, Ownership
+from scheduler.processor.quota_feed import QuotaFeed, demand_key
 from scheduler.settings import Settings
 from scheduler.tenant_registry import TenantRegistry
 from scheduler.tenants import Tenant
@@ -73,6 +74,7 @@ class Processor:
             settings, self.tenants, self.metrics, clock, self.heap, self.checkpoints.assert_none_open
         )
         self.inbox = Inbox(self.tenants, self.metrics)
+        self.quotas = QuotaFeed(settings, self.instance_id)  # cluster-wide quotas: shards' demand
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
 
@@ -106,6 +108,7 @@ class Processor:
         self._warn_short_retention()
         if self.registry is not None:
             self.registry.start()  # the whole registry before the first shard: no command races it
+        self.quotas.start()
         self.consumer = Consumer(cfg)
         self.ownership.join(self.consumer)
         log.info("processor %s joined group %s", self.instance_id, self.ownership.group_id)
@@ -119,6 +122,7 @@ class Processor:
             self.consumer.close()
             if self.registry is not None:
                 self.registry.close()
+            self.quotas.close()
             log.info("processor %s stopped", self.instance_id)
 
     def _warn_short_retention(self) -> None:
@@ -141,6 +145,7 @@ class Processor:
         the commits before the next poll."""
         if self.registry is not None:
             self.registry.poll()  # never blocks; a change is in force for this iteration's ticks
+        self.quotas.poll(self.owned, self.clock())  # never blocks: the other shards' demand
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in self._poll(self._prepare_ahead(self._poll_timeout())):
             err = m.error()
@@ -212,8 +217,12 @@ class Processor:
             for m in msgs:  # 2. the commands and reports
                 if self.inbox.take(owned.shard, cp, m, now):
                     owned.rebuild = True
+            self.quotas.attach(owned.shard)
             cp.due(owned.shard.due(now, self.tick_budget, clock))  # 2. the occurrences now due
             cp.write_state()  # 3
+            p = owned.partition.partition
+            if (demand := self.quotas.report(p, clock)) is not None:  # 3. about once a second
+                cp.quota_demand(self.quotas.topic, demand_key(p), demand)
             cp.send_offsets(self.consumer)  # 4
             return cp if cp.commit() else None  # 5
         except KafkaException as exc:
