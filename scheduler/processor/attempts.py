@@ -102,9 +102,7 @@ class Attempts:
         # (schedule_id, oid, version, scheduled_for); persisted as ``queued`` until emitted.
         self.released: list[tuple[str, str, int, int]] = []
         self.retry_throttled: dict[str, int] = {}  # occurrence id -> since when the retry budget holds it
-        # Tracked attempts not waiting to retry, per tenant: what max_running counts (every
-        # dispatched occurrence of a capped tenant is tracked from its emission: dispatched()).
-        self.running: dict[str, int] = {}
+        self.running: dict[str, int] = {}  # tracked, not retry-waiting, per tenant: max_running's count
 
     # -- emission ---------------------------------------------------------------
     def occupied(self, schedule_id: str) -> bool:

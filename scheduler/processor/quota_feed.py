@@ -35,6 +35,10 @@ log = logging.getLogger("ksched.processor.quotas")
 REPORT_S = 1.0  # an owned shard's demand is written at least this often
 
 
+class DemandTopicMissing(LookupError):
+    """The quota-demand topic does not exist; the message names it and the fix."""
+
+
 def demand_key(shard: int) -> bytes:
     return f"shard:{shard}".encode()
 
@@ -68,8 +72,9 @@ class QuotaFeed:
         self._sent: dict[int, tuple[float, frozenset[str]]] = {}  # shard -> (last report, its tenants)
 
     def start(self) -> QuotaFeed:
-        """Follow the topic from its start (compacted: one record per shard). Raises LookupError
-        naming the fix when it does not exist: reports would fail every tick's transaction."""
+        """Follow the topic from its start (compacted: one record per shard). Raises
+        :class:`DemandTopicMissing` naming the fix when it does not exist: reports would fail
+        every tick's transaction."""
         c = consumer(self.settings.bootstrap_servers, None, **{
             "client.id": f"ksched-quota-demand-{self.owner}", "fetch.wait.max.ms": 100,
         })
@@ -77,7 +82,7 @@ class QuotaFeed:
             tps = all_partitions(c, self.topic)
         except LookupError as exc:
             c.close()
-            raise LookupError(f"cluster-wide quotas: {exc}") from None
+            raise DemandTopicMissing(f"cluster-wide quotas: {exc}") from None
         c.assign([TopicPartition(self.topic, tp.partition, OFFSET_BEGINNING) for tp in tps])
         self._consumer = c
         return self

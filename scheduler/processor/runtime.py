@@ -106,9 +106,13 @@ class Processor:
             },
         )
         self._warn_short_retention()
+        self.quotas.start()  # raises DemandTopicMissing before anything else is opened
         if self.registry is not None:
-            self.registry.start()  # the whole registry before the first shard: no command races it
-        self.quotas.start()
+            try:
+                self.registry.start()  # the whole registry before the first shard: no command races it
+            except BaseException:
+                self.quotas.close()
+                raise
         self.consumer = Consumer(cfg)
         self.ownership.join(self.consumer)
         log.info("processor %s joined group %s", self.instance_id, self.ownership.group_id)
