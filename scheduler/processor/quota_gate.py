@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from scheduler.processor.shares import ROTATE_S, Demand, ShareTable, apportion
+from scheduler.tenants import Tenant
 from scheduler.vocabulary import Lane
 
 _ON_TIME = (Lane.STRICT, Lane.FLEXIBLE)
@@ -32,6 +33,7 @@ class _Tenant(Protocol):
 
 
 def shard_demand(
+    tenants: Mapping[str, Tenant],
     queues: Mapping[tuple[str, Lane], _Queue],
     catch_up: Mapping[str, Iterable[object]],
     retry_held: Iterable[_Tenant],
@@ -41,10 +43,15 @@ def shard_demand(
 ) -> dict[str, Demand]:
     """Each tenant's :class:`Demand` on the shard: on-time work due (``queues``), the catch-up
     backlog, retries held back by the budget (``retry_held``: their attempts), in flight
-    (``running``) and the slots claimed. Tenants with nothing are left out."""
+    (``running``) and the slots claimed. Tenants with nothing are left out. On-time work is
+    counted only for a tenant with a trigger rate or ``max_running`` (``tenants``): no other
+    needs it, and a burst's tenant with no limit costs no count."""
     trigger: dict[str, int] = {}
     for (tenant, lane), q in queues.items():
-        if lane in _ON_TIME and (n := q.due_count(now)):
+        quota = tenants.get(tenant)
+        if quota is None or not (quota.trigger_rate_per_s or quota.max_running) or lane not in _ON_TIME:
+            continue
+        if n := q.due_count(now):
             trigger[tenant] = trigger.get(tenant, 0) + n
     late = {t: n for t, cq in catch_up.items() if (n := len(cq))}  # type: ignore[arg-type]
     retry: dict[str, int] = {}

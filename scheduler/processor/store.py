@@ -287,7 +287,8 @@ class ShardStore:
         at = self.attempts
         held = [a for oid in at.retry_throttled if (a := at.inflight.get(oid)) is not None]
         self.gate.begin(
-            shard_demand(self.queues, self.catch_up, held, at.running, self.gate.claims, now), clock
+            shard_demand(self.tenants, self.queues, self.catch_up, held, at.running, self.gate.claims, now),
+            clock,
         )
 
     def running_room(self, tenant: str, cap: int) -> int:
