@@ -1,4 +1,4 @@
-"""Python SDK: publish schedule commands to ``ksched.commands`` and await their results.
+"""Python SDK: publish schedule commands to ``ksched.commands.<tenant>`` and await their results.
 
 Validation runs before anything is published: an invalid spec, tenant name,
 key or schedule id raises :class:`scheduler.domain.SpecError` naming the field,
@@ -66,6 +66,10 @@ class PublishError(Exception):
     """The command could not be written to Kafka (nothing was sent); the message says why."""
 
 
+class UnknownTenant(PublishError):
+    """The tenant has no topics here: it is not registered (or was removed), or the namespace is wrong."""
+
+
 class ScheduleNotFound(LookupError):
     """No schedule with this id exists for this tenant."""
 
@@ -122,17 +126,29 @@ class SchedulerClient:
         bs = self.settings.bootstrap_servers
         self._producer = producer(bs)
         self._results = consumer(bs)
-        self._t_commands = topic_name(self.settings, "commands")
-        self._t_results = topic_name(self.settings, "results")
-        meta = self._results.list_topics(self._t_results, timeout=10).topics[self._t_results]
-        # Start at each partition's end as it is now, looked up here: with OFFSET_END the position
-        # is resolved only when the client first fetches (later still while a new topic's leader
-        # settles), and an answer written before that would be skipped: a false timeout.
-        ends = [TopicPartition(self._t_results, p) for p in sorted(meta.partitions)]
+        self._results.assign([])
+        self._reading: set[str] = set()  # the tenants whose results topic is read
+        self._pending: dict[str, CommandResult] = {}
+
+    def _read_results_of(self, tenant: str) -> None:
+        """Read ``tenant``'s results topic from its end as it is now (before its first command is
+        sent). The end is looked up here: with OFFSET_END the position is resolved only when the
+        client first fetches (later still while a new topic's leader settles), and an answer
+        written before that would be skipped: a false timeout."""
+        if tenant in self._reading:
+            return
+        topic = topic_name(self.settings, "results", tenant)
+        meta = self._results.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise UnknownTenant(
+                f"tenant {tenant!r}: its results topic {topic} does not exist: register the tenant "
+                f"(ksched tenants add {tenant}) or check the namespace ({self.settings.namespace!r})"
+            )
+        ends = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
         for tp in ends:
             tp.offset = watermarks(self._results, tp)[1]
-        self._results.assign(ends)
-        self._pending: dict[str, CommandResult] = {}
+        self._results.incremental_assign(ends)
+        self._reading.add(tenant)
 
     def close(self) -> None:
         self._producer.flush(10)
@@ -226,9 +242,14 @@ class SchedulerClient:
             if err is not None:
                 failed.append(err)
 
+        check_tenant(command.tenant)  # it names the topics
+        self._read_results_of(command.tenant)  # before sending: its answer must not be missed
         try:
             self._producer.produce(
-                self._t_commands, encode(command), (command.schedule_id or "").encode(), on_delivery=delivered
+                topic_name(self.settings, "commands", command.tenant),
+                encode(command),
+                (command.schedule_id or "").encode(),
+                on_delivery=delivered,
             )
         except (KafkaException, BufferError) as exc:
             what = f"{command.kind} {command.request_id}"

@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from scheduler.kafka.admin import admin_client, apply_topics
+from scheduler.kafka.admin import admin_client, apply_topics, delete_topics
 from scheduler.kafka.clients import producer
 from scheduler.settings import Settings
 from scheduler.tenant_registry import (
@@ -25,7 +25,7 @@ from scheduler.tenant_registry import (
     tenants_topic,
 )
 from scheduler.tenants import Tenant, load_tenants
-from scheduler.topology import desired_topics
+from scheduler.topology import desired_topics, topic_name
 
 
 class TenantAdminError(RuntimeError):
@@ -89,10 +89,25 @@ def put(settings: Settings, table: TenantTable, tenant: Tenant) -> None:
     publish(settings, [(tenant.name, tenant)])
 
 
+# A removed tenant's inputs and answers: deleted with it, so that a client still sending for it
+# is told at once that the tenant does not exist (its topics are missing) instead of waiting for
+# an answer no processor gives (processors read only registered tenants' commands).
+REMOVED_WITH_TENANT = ("commands", "results")
+
+
 def remove(settings: Settings, table: TenantTable, name: str) -> None:
-    """Seed what is unseeded, then tombstone ``name``."""
+    """Seed what is unseeded, tombstone ``name``, then delete its commands and results topics
+    (its dispatch, versions and DLQ topics are kept for operators)."""
     seed(settings, table)
     publish(settings, [(name, None)])
+    try:
+        delete_topics(admin_client(settings.bootstrap_servers),
+                      [topic_name(settings, t, name) for t in REMOVED_WITH_TENANT])
+    except KafkaException as exc:
+        raise TenantAdminError(
+            f"tenant {name} was removed but its commands and results topics were not deleted "
+            f"({exc.args[0]}): run `ksched tenants remove {name}` again"
+        ) from None
 
 
 def apply_all(

@@ -87,6 +87,12 @@ def topic_name(settings: Settings, name: str, tenant: str | None = None) -> str:
     return f"{base}.{tenant}" if tenant else base
 
 
+def tenant_of(settings: Settings, name: str, topic: str) -> str | None:
+    """The tenant of ``topic`` if it is tenant ``T``'s ``<namespace>.<name>.T``, else None."""
+    prefix = f"{settings.namespace}.{name}."
+    return topic[len(prefix):] if topic.startswith(prefix) and len(topic) > len(prefix) else None
+
+
 def desired_topics(settings: Settings, tenants: Iterable[str]) -> list[TopicPlan]:
     """Every topic for the cluster-wide set plus each tenant's own topics."""
     envs, decls = load_declarations()

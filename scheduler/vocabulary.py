@@ -135,6 +135,7 @@ class RejectCode(StrEnum):
     TERMINAL = "TERMINAL"
     INTERNAL = "INTERNAL"
     TENANT_DISABLED = "TENANT_DISABLED"
+    TENANT_MISMATCH = "TENANT_MISMATCH"  # the tenant field names another tenant than the topic's
 
 
 # --- tenants (TenantRecord.avsc) -------------------------------------------------------------------

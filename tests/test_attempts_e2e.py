@@ -61,11 +61,11 @@ class Running:
 
 
 class Events:
-    """Follows ``ksched.occurrence-events`` read_committed."""
+    """Follows a tenant's ``ksched.occurrence-events.<tenant>`` read_committed."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tenant: str = TENANT) -> None:
         self.c = consumer(settings.bootstrap_servers)
-        topic = topic_name(settings, "occurrence-events")
+        topic = topic_name(settings, "occurrence-events", tenant)
         self.c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
         self.seen: list[OccurrenceEvent] = []
 

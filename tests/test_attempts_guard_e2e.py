@@ -61,10 +61,10 @@ def start_worker(settings: Settings, handler: Callable[[Context], object]) -> Ru
 
 
 def send_reports(settings: Settings, reports: list[AttemptReport]) -> None:
-    """Produce reports as a worker would: to the commands topic, keyed by the schedule id."""
+    """Produce reports as a worker would: to its tenant's commands topic, keyed by the schedule id."""
     prod = producer(settings.bootstrap_servers)
     for r in reports:
-        prod.produce(topic_name(settings, "commands"), encode(r), r.schedule_id.encode())
+        prod.produce(topic_name(settings, "commands", r.tenant), encode(r), r.schedule_id.encode())
     assert prod.flush(30) == 0
 
 
@@ -97,7 +97,7 @@ def test_reports_of_a_foreign_or_unknown_tenant_are_ignored_and_the_shard_stays_
     stack: Settings,
 ) -> None:
     calls = Calls()
-    events = Events(stack)
+    events = Events(stack, TENANT)
     w = start_worker(stack, calls)
     try:
         at = int(time.time()) + 6
@@ -121,7 +121,7 @@ def test_reports_of_a_foreign_or_unknown_tenant_are_ignored_and_the_shard_stays_
 
 def test_a_started_report_of_an_occurrence_the_schedule_never_had_invents_no_run(stack: Settings) -> None:
     calls = Calls()
-    events = Events(stack)
+    events = Events(stack, TENANT)
     w = start_worker(stack, calls)
     try:
         at = int(time.time()) + 3
@@ -145,7 +145,7 @@ def test_a_started_report_of_an_occurrence_the_schedule_never_had_invents_no_run
 
 
 def test_an_occurrence_no_worker_starts_is_retried_then_dead_after_the_start_lease(stack: Settings) -> None:
-    events = Events(stack)  # no worker runs for this schedule
+    events = Events(stack, TENANT)  # no worker runs for this schedule
     try:
         spec = dataclasses.replace(once_in(2), overlap="SKIP_IF_RUNNING", retry_max_attempts=2,
                                    retry_backoff_base_s=1.0, retry_backoff_cap_s=1.0)

@@ -71,7 +71,7 @@ def send(settings: Settings, occ: Occurrence, kind: str, attempt: int, token: st
         worker_id="test", reported_at_ms=int(time.time() * 1000), **kw,  # type: ignore[arg-type]
     )
     prod = producer(settings.bootstrap_servers)
-    prod.produce(topic_name(settings, "commands"), encode(rep), occ.schedule_id.encode())
+    prod.produce(topic_name(settings, "commands", occ.tenant), encode(rep), occ.schedule_id.encode())
     assert prod.flush(30) == 0
 
 
@@ -91,7 +91,7 @@ def test_a_late_report_of_an_older_attempt_is_fenced_after_a_kill_9_of_the_proce
     settings = own_processes
     a = spawn_processor("ho-a", tmp_path)
     reader = TopicReader(settings, [topic_name(settings, "dispatch", FENCE.name)], Occurrence)
-    events = Events(settings)
+    events = Events(settings, FENCE.name)
     b = None
     try:
         wait_for_assignment(settings, owns_all(a), 90, "a owning all")
@@ -132,7 +132,7 @@ def test_an_occurrence_dispatched_before_a_pause_is_not_run_after_the_resume(iso
     clock = OffsetClock()
     proc = InProcess(settings, registry, clock)
     ran: list[int] = []
-    events = Events(settings)
+    events = Events(settings, PAUSE.name)
     reader = TopicReader(settings, [topic_name(settings, "dispatch", PAUSE.name)], Occurrence)
     w: Running | None = None
     try:

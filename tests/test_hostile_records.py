@@ -45,8 +45,7 @@ def once(ts: int, **kw: object) -> ScheduleSpec:
 
 @pytest.fixture
 def stack(isolated: Settings) -> Iterator[tuple[Settings, ProcessorMetrics]]:
-    """A namespace of its own: the garbage this test publishes must not reach other tests'
-    readers of the shared commands topic."""
+    """A namespace of its own: the garbage this test publishes must not reach other tests' readers."""
     tenants = with_topics(isolated, Tenant(name=TENANT))
     metrics = ProcessorMetrics()
     proc = Running(Processor(isolated, tenants=tenants, metrics=metrics))
@@ -66,14 +65,14 @@ def command(spec: ScheduleSpecRecord | None, key: str | None, kind: str = "CREAT
 
 
 def send(p: Producer, settings: Settings, value: bytes, key: bytes | None, partition: int = -1) -> None:
-    p.produce(topic_name(settings, "commands"), value, key, partition=partition)
+    p.produce(topic_name(settings, "commands", TENANT), value, key, partition=partition)
     p.flush(30)
 
 
 def send_bad_reports(p: Producer, settings: Settings, valid: list[str], due: int) -> None:
     """Attempt reports the shard must ignore (and count): a foreign tenant's, one for no fire time,
     one on another shard's partition, one without a schedule id."""
-    for tenant, sf in (("nobody", due), (TENANT, due + 7)):  # a foreign tenant; no fire time
+    for tenant, sf in (("nobody", due), (TENANT, due + 7)):  # another tenant's name; no fire time
         report = AttemptReport(
             occurrence_id=occurrence_id(valid[0], 1, sf), schedule_id=valid[0], tenant=tenant,
             version=1, scheduled_for_ms=sf * 1000, attempt=1, token="t",
@@ -109,10 +108,10 @@ def read_answers(results: Consumer, wanted: set[str]) -> tuple[dict[str, Command
     return answers, undecodable
 
 
-def read_dispatched(settings: Settings, expected: set[str]) -> dict[str, Occurrence]:
+def read_dispatched(settings: Settings, expected: set[str], tenant: str = TENANT) -> dict[str, Occurrence]:
     """The tenant's dispatched occurrences by id, read until every ``expected`` one is in (or 60 s)."""
     c = consumer(settings.bootstrap_servers)
-    t_dispatch = topic_name(settings, "dispatch", TENANT)
+    t_dispatch = topic_name(settings, "dispatch", tenant)
     c.assign([TopicPartition(t_dispatch, q, 0) for q in range(settings.partitions)])
     got: dict[str, Occurrence] = {}
     deadline = time.monotonic() + 60
@@ -135,7 +134,7 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
         "start 2**62": command(replace(good, start_ms=2**62), "h2"),
         "huge payload": command(replace(good, payload=b"x" * 850_000), "h4"),
         "derived id mismatch": command(good, "h5", sid="0" * 32),
-        "unknown tenant": replace(command(good, "h6"), tenant="nobody"),
+        "another tenant": replace(command(good, "h6"), tenant="nobody"),
         "update without id": command(good, None, kind="UPDATE", sid=None),
         "1 MB request id": replace(command(good, "h7"), request_id="r" * 300),
     }
@@ -145,7 +144,7 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     keyless = command(good, None, sid=None)
     p = producer(settings.bootstrap_servers)
     results = consumer(settings.bootstrap_servers)
-    t_results = topic_name(settings, "results")
+    t_results = topic_name(settings, "results", TENANT)
     results.assign([TopicPartition(t_results, q, 0) for q in range(settings.partitions)])
     due = int(time.time()) + 10
     with SchedulerClient(settings, timeout_s=60) as client:
@@ -174,7 +173,7 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     assert code("start 2**62") == "INVALID_SPEC"
     assert code("huge payload") == "INVALID_SPEC"
     assert code("derived id mismatch") == "INVALID_COMMAND"
-    assert code("unknown tenant") == "UNKNOWN_TENANT"
+    assert code("another tenant") == "TENANT_MISMATCH"  # the topic is its tenant
     assert code("update without id") == "INVALID_COMMAND"
     assert code("1 MB request id") == "INVALID_COMMAND"
     assert answers[wrong.request_id].code == "WRONG_PARTITION"

@@ -47,7 +47,8 @@ class RecordingProducer:
         return 0
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], meta: Any, timeout: float) -> None:
-        self._call(f"offsets {offsets[0].offset}")
+        self.offsets = offsets
+        self._call(f"offsets {' '.join(str(tp.offset) for tp in offsets)}")
 
     def commit_transaction(self, timeout: float) -> None:
         self._call("commit")
@@ -69,13 +70,17 @@ class RecordingConsumer:
 
 
 class Record:
-    """A consumed record of ``commands[p]`` (only what the checkpoint reads)."""
+    """A consumed record of ``commands.<tenant>[p]`` (only what the checkpoint reads)."""
 
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, topic: str = "ksched.commands.acme") -> None:
         self._offset = offset
+        self._topic = topic
 
     def offset(self) -> int:
         return self._offset
+
+    def topic(self) -> str:
+        return self._topic
 
 
 def records(*offsets: int) -> list[Any]:
@@ -96,7 +101,7 @@ def owned_shard(producer: RecordingProducer, schedules: int = 0) -> OwnedShard:
         spec = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="h")
         shard.apply(kind="CREATE", request_id=f"r{i}", tenant="a", schedule_id=f"s{i}", idempotency_key=None,
                     expected_version=None, spec=spec, issued_at=T0 - 30, now=T0 - 30)
-    return OwnedShard(shard, producer, TopicPartition("ksched.commands", 0))  # type: ignore[arg-type]
+    return OwnedShard(shard, producer, TopicPartition("ksched.shards", 0))  # type: ignore[arg-type]
 
 
 def tick(cps: Checkpoints, owned: OwnedShard, records: list[Any], points: Points) -> Checkpoint:
@@ -109,6 +114,17 @@ def tick(cps: Checkpoints, owned: OwnedShard, records: list[Any], points: Points
     if cp.commit():
         cp.join()
     return cp
+
+
+def test_step_4_commits_past_the_last_record_of_each_tenants_commands_topic() -> None:
+    """A shard reads partition p of every tenant's commands topic: one offset each, past its last."""
+    producer, points = RecordingProducer(), Points()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    mixed = [Record(7, "ksched.commands.a"), Record(41, "ksched.commands.b"), Record(8, "ksched.commands.a"),
+             Record(42, "ksched.commands.b"), Record(3, "ksched.commands.c")]
+    tick(cps, owned_shard(producer, schedules=0), mixed, points)
+    got = {(tp.topic, tp.partition, tp.offset) for tp in producer.offsets}
+    assert got == {("ksched.commands.a", 0, 9), ("ksched.commands.b", 0, 43), ("ksched.commands.c", 0, 4)}
 
 
 def test_the_steps_run_in_the_one_commit_order_and_the_failpoints_around_them() -> None:
@@ -161,7 +177,7 @@ def test_no_poll_and_no_rebalance_callback_while_a_checkpoint_is_open() -> None:
     assert consumer.polls == 0
     for callback in (proc.ownership.on_assign, proc.ownership.on_revoke, proc.ownership.on_lost):
         with pytest.raises(TransactionOpenError):
-            callback(consumer, [TopicPartition("ksched.commands", 0)])  # type: ignore[arg-type]
+            callback(consumer, [TopicPartition("ksched.shards", 0)])  # type: ignore[arg-type]
     cp.write_state()
     cp.send_offsets(consumer)  # type: ignore[arg-type]
     if cp.commit():

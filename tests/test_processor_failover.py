@@ -164,13 +164,13 @@ def is_stopped(pid: int) -> bool:
 
 
 def group_assignment(settings: Settings) -> tuple[str, dict[str, set[int]]]:
-    """The processor group's state and, per member client id, its partitions of the commands topic."""
+    """The processor group's state and, per member client id, its partitions of the shards topic."""
     group = f"{settings.namespace}.processor"
-    t_commands = topic_name(settings, "commands")
+    t_shards = topic_name(settings, "shards")
     admin = admin_client(settings.bootstrap_servers)  # kept alive until the future resolves
     desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
     members = {
-        m.client_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == t_commands}
+        m.client_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == t_shards}
         for m in desc.members
     }
     return str(getattr(desc.state, "name", desc.state)), members
@@ -211,7 +211,7 @@ def create_commands(
     """Produce one CREATE per spec straight to the commands topic (as ``ksched bench burst`` does)
     and wait until the processor accepted every one; returns the schedule ids, in order."""
     bs = settings.bootstrap_servers
-    t_results = topic_name(settings, "results")
+    t_results = topic_name(settings, "results", tenant)
     results = consumer(bs)
     ends = [
         TopicPartition(t_results, p, results.get_watermark_offsets(TopicPartition(t_results, p), 10)[1])
@@ -219,7 +219,7 @@ def create_commands(
     ]
     results.assign(ends)
     prod = producer(bs)
-    t_commands = topic_name(settings, "commands")
+    t_commands = topic_name(settings, "commands", tenant)
     sids: list[str] = []
     now_ms = issued_at_ms or int(time.time() * 1000)
     for spec in specs:
@@ -612,7 +612,7 @@ def test_ten_minute_outage_applies_each_misfire_policy(isolated: Settings) -> No
     assert len(expected_dispatch) == 14 and len(expected_missed) == 26
 
     dispatch = TopicReader(settings, [topic_name(settings, "dispatch", tenant)], Occurrence)
-    events = TopicReader(settings, [topic_name(settings, "occurrence-events")], OccurrenceEvent)
+    events = TopicReader(settings, [topic_name(settings, "occurrence-events", tenant)], OccurrenceEvent)
     try:
         second = InProcess(settings, tenants, clock)
         try:
@@ -673,7 +673,8 @@ def test_catch_up_backlog_survives_a_handover(isolated: Settings) -> None:
         finally:
             third.stop()
         assert_exactly_once(outage_ids(dispatch, fires), expected)
-        events = TopicReader(settings, [topic_name(settings, "occurrence-events")], OccurrenceEvent)
+        t_events = topic_name(settings, "occurrence-events", slow.name)
+        events = TopicReader(settings, [t_events], OccurrenceEvent)
         try:
             events.read_until(at_least(5), timeout_s=10, settle_s=0.5)
         finally:

@@ -62,7 +62,7 @@ def ids_on(shards: set[int], n: int, partitions: int) -> list[str]:
 def create(settings: Settings, tenant: str, sids: list[str], at: int, timeout_s: float = 60) -> None:
     """One CREATE of a one-time schedule at ``at`` per id, straight to the commands topic; wait
     until every one is accepted."""
-    t_results = topic_name(settings, "results")
+    t_results = topic_name(settings, "results", tenant)
     results = consumer(settings.bootstrap_servers)
     results.assign([
         TopicPartition(t_results, p, results.get_watermark_offsets(TopicPartition(t_results, p), 10)[1])
@@ -73,7 +73,7 @@ def create(settings: Settings, tenant: str, sids: list[str], at: int, timeout_s:
     for sid in sids:
         cmd = ScheduleCommand(request_id=sid, tenant=tenant, schedule_id=sid, kind="CREATE", spec=spec,
                               issued_at_ms=int(time.time() * 1000))
-        prod.produce(topic_name(settings, "commands"), encode(cmd), sid.encode())
+        prod.produce(topic_name(settings, "commands", tenant), encode(cmd), sid.encode())
         prod.poll(0)
     assert prod.flush(30) == 0
     todo = set(sids)

@@ -11,7 +11,7 @@ from test_attempts_e2e import Running
 from test_contract_e2e import Reader, once
 
 from scheduler.cli import main
-from scheduler.client import CommandRejected, SchedulerClient
+from scheduler.client import CommandRejected, SchedulerClient, UnknownTenant
 from scheduler.domain import occurrence_id
 from scheduler.processor.runtime import Processor
 from scheduler.records import Occurrence, OccurrenceEvent
@@ -67,8 +67,8 @@ def test_a_tenant_added_while_the_processor_runs_is_served(
     live: tuple[Settings, Processor], capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings, _ = live
-    with pytest.raises(CommandRejected, match="UNKNOWN_TENANT"), SchedulerClient(settings) as client:
-        client.create("tn-new", once(int(time.time()) + 3600), key="before")
+    with pytest.raises(UnknownTenant, match="ksched tenants add tn-new"), SchedulerClient(settings) as client:
+        client.create("tn-new", once(int(time.time()) + 3600), key="before")  # it has no topics yet
     assert main(["tenants", "add", "tn-new", "--max-running", "3"]) == 0
     assert "tenant tn-new: registered" in capsys.readouterr().out
     assert _code_within(settings, "tn-new", "after", None) < WITHIN_S
@@ -97,7 +97,7 @@ def test_a_disabled_tenant_is_refused_misses_with_events_and_resumes_when_enable
     settings, _ = live
     assert main(["tenants", "add", "tn-off"]) == 0
     dispatch = Reader(settings, topic_name(settings, "dispatch", "tn-off"), Occurrence)
-    events = Reader(settings, topic_name(settings, "occurrence-events"), OccurrenceEvent)
+    events = Reader(settings, topic_name(settings, "occurrence-events", "tn-off"), OccurrenceEvent)
     try:
         now = int(time.time())
         with SchedulerClient(settings, timeout_s=30) as client:
@@ -129,7 +129,9 @@ def test_a_removed_tenant_is_unknown_and_its_seed_does_not_bring_it_back(
     assert "disable it first (`ksched tenants disable tn-gone`)" in capsys.readouterr().err
     assert main(["tenants", "disable", "tn-gone"]) == 0
     assert main(["tenants", "remove", "tn-gone"]) == 0
-    assert _code_within(settings, "tn-gone", "x", "UNKNOWN_TENANT") < WITHIN_S
+    assert "commands and results topics are deleted" in capsys.readouterr().out
+    with pytest.raises(UnknownTenant, match="ksched tenants add tn-gone"), SchedulerClient(settings) as c:
+        c.create("tn-gone", once(int(time.time()) + 3600), key="x")
     # The seed file naming it again changes nothing: its tombstone is the registry's last word.
     add_tenant(settings.tenants_file, Tenant(name="tn-gone"))
     capsys.readouterr()

@@ -48,7 +48,7 @@ def test_apply_fixes_config_drift_and_reports_partition_drift(kafka_settings: Se
     admin = admin_client(bootstrap)
     plans = desired_topics(kafka_settings, ["drifty"])
     apply_topics(admin, plans)
-    victim = topic_name(kafka_settings, "results")
+    victim = topic_name(kafka_settings, "results", "drifty")
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
     futs = admin.incremental_alter_configs(

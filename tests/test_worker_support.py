@@ -92,13 +92,13 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class Reports:
-    """Attempt reports of one tenant on ``ksched.commands``, read from the beginning."""
+    """Attempt reports of one tenant on its ``ksched.commands.<tenant>``, read from the beginning."""
 
     def __init__(self, settings: Settings, tenant: str) -> None:
         self.tenant = tenant
         self.all: list[AttemptReport] = []
         self._c = consumer(settings.bootstrap_servers)
-        topic = topic_name(settings, "commands")
+        topic = topic_name(settings, "commands", tenant)
         self._c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
 
     def poll(self, seconds: float = 0.0) -> list[AttemptReport]:

@@ -1,7 +1,7 @@
 """``ksched bench burst``: N schedules fall due at one instant; measure lag against a plain producer.
 
 Runs against the configured cluster (the embedded broker by default) in a
-fresh namespace: loads N CREATE commands through ``ksched.commands`` to a
+fresh namespace: loads N CREATE commands through ``ksched.commands.<tenant>`` to a
 processor subprocess, lets every schedule fall due at the top of a minute,
 and reads the dispatch topics ``read_committed``. In the same run a plain
 confluent-kafka producer with the same settings writes N records of the same
@@ -118,7 +118,7 @@ def _load(
     from scheduler.topology import topic_name
 
     cmd_producer = producer(settings.bootstrap_servers)
-    t_commands = topic_name(settings, "commands")
+    t_commands = [topic_name(settings, "commands", name) for name in names]
     nflex = int(n * flexible_share)
     t_load = time.perf_counter()
     for i in range(n):
@@ -139,7 +139,7 @@ def _load(
             spec=ScheduleSpecRecord.from_domain(spec),
             issued_at_ms=int(time.time() * 1000),
         )
-        produce_waiting(cmd_producer, t_commands, encode(cmd), sid.encode())
+        produce_waiting(cmd_producer, t_commands[i % len(names)], encode(cmd), sid.encode())
     cmd_producer.flush(300)
     accepted = 0
     seen_results = 0
@@ -229,8 +229,10 @@ def _run(args: argparse.Namespace) -> int:
         due_tm = time.gmtime(due)
         cron = f"{due_tm.tm_min} {due_tm.tm_hour} * * *"
         results = consumer(bs)
-        t_results = topic_name(settings, "results")
-        results.assign([TopicPartition(t_results, p, 0) for p in range(settings.partitions)])
+        results.assign([
+            TopicPartition(topic_name(settings, "results", name), p, 0)
+            for name in names for p in range(settings.partitions)
+        ])
         accepted, seen_results, load_s = _load(settings, results, names, n, cron, args.flexible_share)
         commands_per_s = seen_results / load_s
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")

@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     reports = consumer(settings.bootstrap_servers)
-    t_commands = topic_name(settings, "commands")
+    t_commands = topic_name(settings, "commands", "bw")
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
     proc = start_processor(env, 9473)
     workers = [_worker(env, args.concurrency), _worker(env, args.concurrency)]

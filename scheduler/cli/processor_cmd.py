@@ -8,7 +8,7 @@ from typing import Any
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "processor", help="run a processor (owns shards of ksched.commands)"
+        "processor", help="run a processor: owns shards (ksched.shards), reads tenants' commands topics"
     )
     p.add_argument("--instance-id", default=None, help="name in logs and client ids (default host-pid)")
     p.add_argument(

@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
     for action, helptext, handler in (
         ("disable", "refuse the tenant's commands; its due occurrences are recorded MISSED", _disable),
         ("enable", "serve a disabled tenant again (its schedules fire from their next time)", _enable),
-        ("remove", "remove a disabled tenant from the registry (its topics are kept)", _remove),
+        ("remove", "remove a disabled tenant (its commands and results topics are deleted)", _remove),
     ):
         c = tsub.add_parser(action, help=helptext)
         c.add_argument("name")
@@ -186,8 +186,9 @@ def _remove(args: argparse.Namespace) -> int:
             "cancel its schedules, then remove it"
         )
     _write(settings, table, args.name, None)
-    print(f"tenant {args.name}: removed; its commands are answered UNKNOWN_TENANT. Its topics are kept "
-          "(delete them with your Kafka tools once their data is no longer needed)")
+    print(f"tenant {args.name}: removed; its commands and results topics are deleted. Its dispatch, "
+          "versions and DLQ topics are kept (delete them with your Kafka tools once their data is no "
+          "longer needed)")
     return 0
 
 

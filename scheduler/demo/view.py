@@ -1,7 +1,7 @@
 """The demo's live view: occurrences, their states and lag, read from the topics themselves.
 
 It reads, ``read_committed``, the tenants' dispatch topics (ENQUEUED, with the
-lag ``enqueued_at - scheduled_for``), the attempt reports on ``ksched.commands``
+lag ``enqueued_at - scheduled_for``), the attempt reports on ``ksched.commands.<tenant>``
 (RUNNING, SUCCEEDED, FAILED) and ``ksched.occurrence-events`` (RETRY_WAIT,
 DEAD, SKIPPED_OVERLAP, MISSED, CANCELED), plus each worker group's consumer lag.
 """
@@ -50,10 +50,9 @@ class LiveView:
         self.rows: OrderedDict[str, Row] = OrderedDict()
         self.totals: Counter[str] = Counter()
         self.lags: list[float] = []
-        self.t_events = topic_name(settings, "occurrence-events")
-        self.t_commands = topic_name(settings, "commands")
         self._c = consumer(settings.bootstrap_servers, None, **{"fetch.wait.max.ms": 100})
-        topics = [topic_name(settings, "dispatch", t) for t in tenants] + [self.t_events, self.t_commands]
+        kinds = ("dispatch", "commands", "occurrence-events")
+        topics = [topic_name(settings, kind, t) for kind in kinds for t in tenants]
         tps = [TopicPartition(t, p, since_ms) for t in topics for p in range(settings.partitions)]
         self._c.assign(self._c.offsets_for_times(tps, timeout=10))
         self._groups = {t: self._group_reader(t) for t in tenants}

@@ -13,7 +13,8 @@ A :class:`Checkpoint` has one method per step, and a step cannot run after a lat
    schedules, tombstones of purged ones;
 3. write state: the changed runtime state, then the shard's cursors (its
    watermark) when anything was written or a second has passed, to ``ksched.state``;
-4. send offsets: ``send_offsets_to_transaction`` for the consumed commands;
+4. send offsets: ``send_offsets_to_transaction`` for the consumed commands (past the last
+   record taken from each tenant's ``commands.<tenant>[p]``);
 5. commit: failpoint ``before_commit``; a transaction that wrote nothing commits at
    once; one that wrote commits on a commit thread while the loop goes on to the
    next shard's steps 1-5 (a commit mostly waits for the broker's acks), and
@@ -45,7 +46,7 @@ from scheduler.processor.model import Entry, Event
 from scheduler.processor.outputs import CommandOutcome, TickOutput
 from scheduler.processor.ownership import Loss, OwnedShard
 from scheduler.settings import Settings
-from scheduler.topology import topic_name
+from scheduler.topology import tenant_of, topic_name
 
 log = logging.getLogger("ksched.processor")
 
@@ -71,12 +72,21 @@ class Topics:
         self.schedules = topic_name(settings, "schedules")
         self.history = topic_name(settings, "schedule-history")
         self.state = topic_name(settings, "state")
-        self.results = topic_name(settings, "results")
-        self.events = topic_name(settings, "occurrence-events")
         self._per_tenant: dict[tuple[str, str], str] = {}
+        self._tenant_of: dict[str, str] = {}
+
+    def commands_tenant(self, topic: str) -> str:
+        """The tenant whose ``<namespace>.commands.<tenant>`` ``topic`` is (the processor reads no other)."""
+        tenant = self._tenant_of.get(topic)
+        if tenant is None:
+            tenant = tenant_of(self.settings, "commands", topic)
+            if tenant is None:
+                raise ValueError(f"{topic} is not a tenant's commands topic")
+            self._tenant_of[topic] = tenant
+        return tenant
 
     def of(self, name: str, tenant: str) -> str:
-        """``<namespace>.<name>.<tenant>`` (dispatch, versions, dlq)."""
+        """``<namespace>.<name>.<tenant>`` (dispatch, versions, dlq, results, occurrence-events)."""
         topic = self._per_tenant.get((name, tenant))
         if topic is None:
             topic = self._per_tenant[(name, tenant)] = topic_name(self.settings, name, tenant)
@@ -95,7 +105,7 @@ class Checkpoint:
         registry: Checkpoints,
     ) -> None:
         self.owned = owned
-        self.records = records  # of commands[p], in offset order: step 4 commits past the last
+        self.records = records  # the shard's inputs, in offset order per topic: step 4 commits past the last
         self.clock = clock
         self.started = time.monotonic()
         self.out = TickOutput()  # the due output (step 2), observed once committed
@@ -133,18 +143,18 @@ class Checkpoint:
         self.owned.producer.begin_transaction()
 
     # -- 2. produce ---------------------------------------------------------------
-    def result(self, outcome: CommandOutcome, now: int) -> None:
-        """A command's answer on the results topic."""
+    def result(self, outcome: CommandOutcome, now: int, tenant: str) -> None:
+        """A command's answer on the results topic of ``tenant``, whose commands topic it came on."""
         self._at(PRODUCE)
         value = wire.encode_result(outcome, now)
-        self._produce(self._registry.topics.results, value, outcome.request_id.encode())
+        self._produce(self._registry.topics.of("results", tenant), value, outcome.request_id.encode())
 
-    def undecodable(self, offset: int | None, key: bytes | None, reason: str, now: int) -> None:
-        """The answer to a record of ``commands[p]`` that is not a command or a report."""
+    def undecodable(self, offset: int | None, key: bytes | None, reason: str, now: int, tenant: str) -> None:
+        """The answer to a record of ``commands.<tenant>[p]`` that is not a command or a report."""
         self._at(PRODUCE)
         rid = f"undecodable-{self._p}-{offset}"
         value = wire.encode_undecodable_result(rid, self._p, offset or 0, key, reason, now)
-        self._produce(self._registry.topics.results, value, rid.encode())
+        self._produce(self._registry.topics.of("results", tenant), value, rid.encode())
 
     def schedule_change(self, entry: Entry, kind: str, request_id: str, now: int) -> None:
         """The schedules, history and versions records of an accepted change (or a completion)."""
@@ -161,7 +171,8 @@ class Checkpoint:
         self._at(PRODUCE)
         topics, shard = self._registry.topics, self.owned.shard
         for ev in events:
-            self._produce(topics.events, wire.encode_event(ev, now), ev.schedule_id.encode(), self._p)
+            topic = topics.of("occurrence-events", ev.tenant)
+            self._produce(topic, wire.encode_event(ev, now), ev.schedule_id.encode(), self._p)
             k = (ev.tenant, ev.state)
             self.events[k] = self.events.get(k, 0) + 1
         for a in dead:
@@ -228,8 +239,11 @@ class Checkpoint:
     def send_offsets(self, consumer: Consumer) -> None:
         self._at(OFFSETS)
         if self.records:
-            tp = TopicPartition(self.owned.partition.topic, self._p, (self.records[-1].offset() or 0) + 1)
-            self.owned.producer.send_offsets_to_transaction([tp], consumer.consumer_group_metadata(), 30)
+            last: dict[str, int] = {}
+            for m in self.records:  # in offset order per topic: the last one wins
+                last[m.topic() or ""] = m.offset() or 0
+            tps = [TopicPartition(topic, self._p, offset + 1) for topic, offset in last.items()]
+            self.owned.producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), 30)
 
     # -- 5. commit ----------------------------------------------------------------
     def commit(self) -> bool:

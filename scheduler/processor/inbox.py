@@ -1,7 +1,9 @@
-"""The inbox: step 2 of a tick for the records polled from ``commands[p]``: decode, apply, answer.
+"""The inbox: step 2 of a tick for the records polled from ``commands.<tenant>[p]``: decode, apply, answer.
 
-A record is a schedule command (answered on the results topic, accepted or REJECTED with the
-reason) or an attempt report (applied to the attempt it names, or ignored and counted).
+A record is a schedule command (answered on the tenant's results topic, accepted or REJECTED with
+the reason) or an attempt report (applied to the attempt it names, or ignored and counted). The
+topic a record came on is its tenant (the broker's ACLs decide who may write it): a command whose
+tenant field names another tenant is answered TENANT_MISMATCH, a report naming another is ignored.
 Nothing a client sends may raise out of the tick, abort it in a loop, or stall other tenants:
 an undecodable record is answered UNDECODABLE, and a bug met while applying one is answered
 INTERNAL (a command) or ignored (a report), the shard then rebuilt from Kafka after the commit.
@@ -15,7 +17,7 @@ from confluent_kafka import Message
 
 from scheduler.domain import ScheduleSpec
 from scheduler.processor import lifecycle
-from scheduler.processor.checkpoint import Checkpoint
+from scheduler.processor.checkpoint import Checkpoint, Topics
 from scheduler.processor.lifecycle import ReportResult
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.shard import CommandOutcome, Shard
@@ -71,6 +73,19 @@ def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) 
     )
 
 
+def mismatch(cmd: ScheduleCommand, tenant: str) -> CommandOutcome | None:
+    """TENANT_MISMATCH when ``cmd`` names another tenant than ``tenant``, whose topic it came on."""
+    if cmd.tenant == tenant:
+        return None
+    return CommandOutcome(
+        cmd.request_id[:MAX_ID_CHARS], tenant, cmd.schedule_id or "", False,
+        code=RejectCode.TENANT_MISMATCH, kind=cmd.kind,
+        reason=f"tenant {cmd.tenant[:MAX_ID_CHARS]!r} arrived on the commands topic of tenant {tenant!r}: "
+        f"a command names the tenant whose topic it is published to (publish {cmd.tenant[:40]!r}'s "
+        "commands to its own topic, with its own credentials)",
+    )
+
+
 def apply_report(shard: Shard, rep: AttemptReport, now: int) -> ReportResult:
     """Apply a decoded attempt report (:func:`scheduler.processor.lifecycle.apply_report`)."""
     return lifecycle.apply_report(
@@ -91,16 +106,18 @@ def apply_report(shard: Shard, rep: AttemptReport, now: int) -> ReportResult:
 
 
 class Inbox:
-    """Takes the records of ``commands[p]`` into shard p's open checkpoint (step 2)."""
+    """Takes the records of shard p's inputs (``commands.<tenant>[p]``) into its open checkpoint (step 2)."""
 
-    def __init__(self, tenants: dict[str, Tenant], metrics: ProcessorMetrics) -> None:
+    def __init__(self, tenants: dict[str, Tenant], metrics: ProcessorMetrics, topics: Topics) -> None:
         self.tenants = tenants
         self.metrics = metrics
+        self.topics = topics
 
     def take(self, shard: Shard, cp: Checkpoint, m: Message, now: int) -> bool:
         """Apply one record and write what it changed to ``cp``. Returns True when applying it
         hit a bug: the shard's memory may be half-changed, so rebuild it once ``cp`` commits."""
         raw = m.value() or b""
+        tenant = self.topics.commands_tenant(m.topic() or "")
         try:
             if len(raw) > MAX_COMMAND_BYTES:
                 raise RecordDecodeError(
@@ -110,14 +127,19 @@ class Inbox:
             decoded = decode_command_topic(raw)
         except RecordDecodeError as exc:
             self.metrics.rejected.labels(tenant="?", code=RejectCode.UNDECODABLE).inc()
-            cp.undecodable(m.offset(), m.key(), str(exc), now)
+            cp.undecodable(m.offset(), m.key(), str(exc), now, tenant)
             return False
         if isinstance(decoded, AttemptReport):
-            return self._report(shard, cp, decoded, now)
-        return self._command(shard, cp, decoded, now)
+            return self._report(shard, cp, decoded, now, tenant)
+        return self._command(shard, cp, decoded, now, tenant)
 
-    def _report(self, shard: Shard, cp: Checkpoint, rep: AttemptReport, now: int) -> bool:
+    def _report(self, shard: Shard, cp: Checkpoint, rep: AttemptReport, now: int, tenant: str) -> bool:
         self.metrics.reports.labels(kind=rep.kind).inc()
+        if rep.tenant != tenant:  # another tenant's name on this tenant's topic: a forgery or a bug
+            self.metrics.reports_ignored.labels(kind=rep.kind).inc()
+            log.debug("report %s %s ignored: tenant %r on the commands topic of %r",
+                      rep.kind, rep.occurrence_id[:100], rep.tenant[:100], tenant)
+            return False
         # A report is applied only to a schedule this shard holds (lifecycle.invalid_report), so
         # one produced to another partition than its schedule id's is ignored there.
         try:
@@ -133,10 +155,10 @@ class Inbox:
         cp.lifecycle(res.events, res.dead, now)
         return False
 
-    def _command(self, shard: Shard, cp: Checkpoint, cmd: ScheduleCommand, now: int) -> bool:
+    def _command(self, shard: Shard, cp: Checkpoint, cmd: ScheduleCommand, now: int, tenant: str) -> bool:
         bug = False
         try:
-            outcome = apply_command(shard, cmd, now)
+            outcome = mismatch(cmd, tenant) or apply_command(shard, cmd, now)
         except Exception as exc:  # a bug must not turn one command into a crash loop of the shard
             log.exception("command %s not applied; the shard is rebuilt from Kafka", cmd.request_id[:100])
             bug = True  # memory may be half-changed: after this commit, restore it
@@ -146,9 +168,8 @@ class Inbox:
                 reason=f"the processor could not apply this command ({type(exc).__name__}: {exc}); "
                 "it is in the processor's log: please report it",
             )
-        cp.result(outcome, now)
+        cp.result(outcome, now, tenant)
         if not outcome.accepted:
-            tenant = outcome.tenant if outcome.tenant in self.tenants else "?"  # bounded labels
             self.metrics.rejected.labels(tenant=tenant, code=outcome.code or "?").inc()
             return bug
         if outcome.entry is not None:  # None: an idempotent replay, nothing changed

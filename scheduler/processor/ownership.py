@@ -1,6 +1,6 @@
 """Shard ownership: the one path by which a processor takes and gives up shards.
 
-Take (the group assigns partitions of ``ksched.commands``):
+Take (the group assigns partitions of ``ksched.shards``: partition p is shard p):
 
 1. fence: per shard, a transactional producer (``transactional.id`` =
    ``<namespace>.processor.shard-<p>``) and ``init_transactions()``: this fences
@@ -11,12 +11,16 @@ Take (the group assigns partitions of ``ksched.commands``):
    partitions;
 3. arm: every active schedule from the restored cursors; the shard is owned and
    ticks from the next loop;
-4. resume: commands from the group's committed offset of ``commands[p]`` (the
-   consumer does it after the assignment callback returns; a rebuild seeks there).
+4. resume: assign the shard's inputs, partition p of every registered tenant's
+   ``ksched.commands.<tenant>`` (co-partitioned with the shard), from the group's
+   committed offsets (a rebuild seeks there). A tenant registered later has its
+   ``commands.<tenant>[p]`` added to every owned shard (:meth:`Ownership.follow_tenants`),
+   a removed one's taken away.
 
 Give up (revoked, lost, a failed tick, a fenced producer, a record that hit a bug, stop):
 
-5. drop: close the shard and forget it; flush its producer unless it is kept.
+5. drop: close the shard and forget it; flush its producer unless it is kept; a
+   revoked or lost shard's inputs are unassigned with it.
    No transaction is open: the rebalance callbacks assert it, and every other
    caller has just committed or aborted the shard's checkpoint (or its producer
    is fenced, and nothing it wrote can become visible);
@@ -73,7 +77,7 @@ class OwnedShard:
 
     shard: Shard
     producer: Producer
-    partition: TopicPartition  # commands[p]
+    partition: TopicPartition  # shards[p]: p is the shard, and the partition of each of its inputs
     last_state_write: float = 0.0  # clock of the last shard state record (one at least every second)
     rebuild: bool = False  # a record hit a bug mid-apply: rebuild from Kafka once its answer is committed
 
@@ -97,18 +101,46 @@ class Ownership:
         self.heap = heap
         self._assert_no_transaction = assert_no_transaction  # the checkpoints' guard (no import cycle)
         self.owned: dict[int, OwnedShard] = {}
-        self.t_commands = topic_name(settings, "commands")
+        self.t_shards = topic_name(settings, "shards")
         self.group_id = f"{settings.namespace}.processor"
         self.consumer: Consumer | None = None
         self._rejoin = False
+        self._followed: frozenset[str] = frozenset()  # the tenants whose commands topics are read
 
     # -- group membership ---------------------------------------------------------
     def join(self, consumer: Consumer) -> None:
-        """Subscribe ``consumer`` to the commands topic with this path as its rebalance callbacks."""
+        """Subscribe ``consumer`` to the shards topic with this path as its rebalance callbacks."""
         self.consumer = consumer
+        self._followed = frozenset(self.tenants)
         consumer.subscribe(
-            [self.t_commands], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+            [self.t_shards], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
         )
+
+    def inputs(self, shards: list[int], tenants: frozenset[str] | None = None) -> list[TopicPartition]:
+        """Partition p of each followed tenant's commands topic, for each p of ``shards``."""
+        names = sorted(self._followed if tenants is None else tenants)
+        return [TopicPartition(topic_name(self.settings, "commands", t), p) for t in names for p in shards]
+
+    def follow_tenants(self) -> None:
+        """Step 4 for tenants registered (or removed) since the last call: add (or take away) their
+        commands topics' partitions of every owned shard, from the group's committed offsets. Called
+        between polls, after the registry's poll, so a shard taken in the next poll's callback reads
+        the same tenants."""
+        now = frozenset(self.tenants)
+        if now == self._followed:
+            return
+        added, removed = now - self._followed, self._followed - now
+        self._followed = now
+        if self.consumer is None or not self.owned:
+            return
+        shards = sorted(self.owned)
+        if added:
+            self.consumer.incremental_assign(self.inputs(shards, frozenset(added)))
+            log.info("reading the commands of tenant(s) %s", ", ".join(sorted(added)))
+        if removed:
+            gone = {topic_name(self.settings, "commands", t) for t in removed}
+            self.consumer.incremental_unassign([tp for tp in self.consumer.assignment() if tp.topic in gone])
+            log.info("no longer reading the commands of tenant(s) %s", ", ".join(sorted(removed)))
 
     def rejoin_if_asked(self) -> None:
         """Step 6's rejoin, between polls: leave the group (dropping every shard) and join it again."""
@@ -123,7 +155,7 @@ class Ownership:
 
     # -- take: steps 1-4 ----------------------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Steps 1-3 for the assigned shards (step 4 follows in the consumer)."""
+        """Steps 1-4 for the assigned shards."""
         self._assert_no_transaction("assign")
         if not partitions:
             return
@@ -138,6 +170,8 @@ class Ownership:
             )
             producers[p].init_transactions(60)
         self._restore(producers, started)
+        # 4. resume (an offset-less partition starts at the group's committed offset).
+        consumer.incremental_assign(partitions + self.inputs(sorted(producers)))
 
     def _restore(self, producers: dict[int, Producer], started: float) -> None:
         """Steps 2-3 for the shards of ``producers`` (initialised)."""
@@ -162,17 +196,17 @@ class Ownership:
                 "shard %d: restored %d schedules, %d state records; watermark %d",
                 p, stats[p].schedules, stats[p].state_records, shard.watermark(),
             )
-            self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_commands, p))
+            self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_shards, p))
         log.info("restored %d shards in %.2fs", len(shards), time.monotonic() - started)
         self.heap.settle(force=True)
         self.heap.release_free_memory()
 
     def _resume(self, p: int) -> None:
-        """Step 4 of a rebuild: re-read ``commands[p]`` from the group's committed offset."""
+        """Step 4 of a rebuild: re-read shard ``p``'s inputs from the group's committed offsets."""
         assert self.consumer is not None
-        tp = TopicPartition(self.t_commands, p)
-        committed = self.consumer.committed([tp], 30)[0]
-        self.consumer.seek(TopicPartition(self.t_commands, p, max(committed.offset, 0)))
+        tps = [tp for tp in self.consumer.assignment() if tp.partition == p and tp.topic != self.t_shards]
+        for committed in self.consumer.committed(tps, 30) if tps else []:
+            self.consumer.seek(TopicPartition(committed.topic, p, max(committed.offset, 0)))
 
     # -- give up: steps 5-6 -------------------------------------------------------
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -181,6 +215,7 @@ class Ownership:
         self._assert_no_transaction("revoke")
         for tp in partitions:
             self.give_up(tp.partition, Loss.REVOKED)
+        self._unassign(consumer, partitions)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Ownership already lost (session timeout): our producer is or will be fenced."""
@@ -188,6 +223,12 @@ class Ownership:
         log.warning("shards lost: %s", [tp.partition for tp in partitions])
         for tp in partitions:
             self.give_up(tp.partition, Loss.LOST)
+        self._unassign(consumer, partitions)
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Step 5's end for revoked or lost shards: their shard partitions and every input of them."""
+        ps = {tp.partition for tp in partitions}
+        consumer.incremental_unassign([tp for tp in consumer.assignment() if tp.partition in ps])
 
     def give_up(self, p: int, why: Loss) -> None:
         """Steps 5-6 for shard ``p`` (a no-op if it is not owned)."""
@@ -215,4 +256,4 @@ class Ownership:
 
     def _assigned(self, p: int) -> bool:
         assert self.consumer is not None
-        return any(tp.partition == p for tp in self.consumer.assignment())
+        return any(tp.partition == p and tp.topic == self.t_shards for tp in self.consumer.assignment())

@@ -1,6 +1,7 @@
-"""The processor process: one consumer group on ``ksched.commands``, one shard per partition.
+"""The processor process: one consumer group on ``ksched.shards``, one shard per partition.
 
-The loop polls the commands topic, then ticks every owned shard, each tick one
+The loop follows the tenant registry, polls the owned shards' inputs (partition p of every
+tenant's ``ksched.commands.<tenant>``), then ticks every owned shard, each tick one
 :class:`~scheduler.processor.checkpoint.Checkpoint` (the only commit order, numbered there);
 shards are taken and given up only through :class:`~scheduler.processor.ownership.Ownership`
 (the only ownership path, numbered there). Records are applied by
@@ -73,7 +74,7 @@ class Processor:
         self.ownership = Ownership(
             settings, self.tenants, self.metrics, clock, self.heap, self.checkpoints.assert_none_open
         )
-        self.inbox = Inbox(self.tenants, self.metrics)
+        self.inbox = Inbox(self.tenants, self.metrics, self.checkpoints.topics)
         self.quotas = QuotaFeed(settings, self.instance_id)  # cluster-wide quotas: shards' demand
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
@@ -149,6 +150,7 @@ class Processor:
         the commits before the next poll."""
         if self.registry is not None:
             self.registry.poll()  # never blocks; a change is in force for this iteration's ticks
+        self.ownership.follow_tenants()  # a new tenant's commands are read from this poll on
         self.quotas.poll(self.owned, self.clock())  # never blocks: the other shards' demand
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in self._poll(self._prepare_ahead(self._poll_timeout())):

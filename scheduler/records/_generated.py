@@ -94,7 +94,8 @@ class CommandResult:
     # Human-readable reason of a rejection, naming the field when there is one.
     reason: str | None = None
     # Machine-readable rejection code: INVALID_SPEC, UNKNOWN_TENANT, STALE_VERSION, QUOTA_EXCEEDED,
-    # UNDECODABLE, NOT_FOUND, TERMINAL, TENANT_DISABLED, ... (a string, so new codes never break old readers).
+    # UNDECODABLE, NOT_FOUND, TERMINAL, TENANT_DISABLED, TENANT_MISMATCH, ... (a string, so new codes never
+    # break old readers).
     code: str | None = None
     # When the processor handled the command (epoch ms UTC).
     processed_at_ms: int

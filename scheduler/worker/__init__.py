@@ -18,7 +18,7 @@ What a worker does, per dispatch record of ``ksched.dispatch.<tenant>``
    ``error_class="ksched.Canceled"`` (:data:`CANCELED_CLASS`);
 3. report ``STARTED`` with a fresh fencing token, ``HEARTBEAT`` every
    ``heartbeat_s`` while the handler runs, then ``SUCCEEDED`` or ``FAILED``
-   (retryable unless :class:`PermanentError`) to ``ksched.commands``;
+   (retryable unless :class:`PermanentError`) to ``ksched.commands.<tenant>``;
 4. commit the partition's offset up to its lowest unfinished record, only
    after that record's final report was acknowledged.
 

@@ -1,4 +1,4 @@
-"""Attempt reports to ``ksched.commands`` and the heartbeat thread (DESIGN.md §5).
+"""Attempt reports to ``ksched.commands.<tenant>`` and the heartbeat thread (DESIGN.md §5).
 
 Reports are keyed by ``schedule_id`` and produced with the shared idempotent
 producer (``murmur2_random``), so they land on the same partition as the

@@ -191,7 +191,7 @@ class Worker:
     def _start_clients(self) -> Intake:
         client_id = f"ksched-worker-{self.worker_id}"
         prod = producer(self.settings.bootstrap_servers, **{"client.id": client_id})
-        reporter = Reporter(prod, topic_name(self.settings, "commands"), self.worker_id)
+        reporter = Reporter(prod, topic_name(self.settings, "commands", self.tenant), self.worker_id)
         self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
         executor = Executor(
             handlers=self.handlers, view=self.view, reporter=reporter, heartbeats=beats,
