@@ -202,3 +202,17 @@ def test_over_ticks_max_running_is_never_exceeded_and_everything_runs(
         for s, a in rnd.sample(inflight, min(k, len(inflight))):
             s.attempts.finish(a, T0 + t)
     assert dispatched == 30
+
+
+def test_work_held_by_max_running_is_throttled_and_says_so() -> None:
+    s = Shard(0, {"a": Tenant(name="a", max_running=2)}, partitions=1)
+    _create_once([s] * 4, 5, T0)  # one shard holds all four partitions' worth
+    first = s.due(T0, 1000, float(T0))
+    assert len(first.dispatch) == 2 and not first.events
+    for occ in first.dispatch:
+        s.attempts.finish(s.attempts.inflight[occ.occurrence_id], T0 + 3)
+    later = s.due(T0 + 3, 1000, float(T0 + 3))
+    assert len(later.dispatch) == 2
+    reasons = {ev.reason for ev in later.events if ev.state == "ENQUEUED"}
+    assert reasons == {"throttled: delayed 3s by the tenant's max_running quota"}
+    assert later.throttled == {"a": 2}

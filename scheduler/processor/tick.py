@@ -116,30 +116,30 @@ def _emit_lane(
             bucket = store.bucket(store.trigger_buckets, tenant, rate, clock)
             cap = quota.max_running if quota else 0
             q = store.queues[(tenant, lane)]
-            room = bucket.available(clock)
-            if cap:
-                room = min(room, store.running_room(tenant, cap))
-            allowed = min(share, budget, room)
+            tokens = bucket.available(clock)
+            slots = store.running_room(tenant, cap) if cap else tokens
+            allowed = min(share, budget, tokens, slots)
             taken = q.take(now, allowed) if allowed > 0 else []
             if taken:
                 start = len(out.dispatch)
-                emitted = fire(store, taken, now, out, q.throttled_from)
+                emitted = fire(store, taken, now, out, q.throttled_from, q.throttled_by)
                 bucket.spend(emitted, clock)
+                tokens = bucket.available(clock)
                 if cap:
                     store.track_dispatched(out.dispatch, start)
-                    room = min(bucket.available(clock), store.running_room(tenant, cap))
+                    slots = store.running_room(tenant, cap)
                 else:
-                    room = bucket.available(clock)
+                    slots = tokens
                 budget -= len(taken)
-            if _still_due(q, now, room) and taken:
+            if _still_due(q, now, min(tokens, slots), "max_running" if slots < tokens else None) and taken:
                 still.append(tenant)
         active = still
     return budget
 
 
-def _still_due(q: LaneQueue, now: int, room: int) -> bool:
+def _still_due(q: LaneQueue, now: int, room: int, by: str | None) -> bool:
     """Update the lane's ``throttled_from``; True when it has work due that the quotas allow
-    (``room``: what they still allow this tick)."""
+    (``room``: what they still allow this tick; ``by``: the quota that binds, None: the rate)."""
     nd = q.next_due()
     if nd is None or nd > now:
         q.throttled_from = None
@@ -147,6 +147,7 @@ def _still_due(q: LaneQueue, now: int, room: int) -> bool:
     if room <= 0:
         if q.throttled_from is None:
             q.throttled_from = now
+            q.throttled_by = by or "trigger_rate_per_s"
         return False
     return True
 
@@ -187,12 +188,13 @@ def _emit_catch_up(
 
 
 def fire(
-    store: ShardStore, taken: Iterable[object], now: int, out: TickOutput, throttled_from: int | None
+    store: ShardStore, taken: Iterable[object], now: int, out: TickOutput, throttled_from: int | None,
+    quota: str = "trigger_rate_per_s",
 ) -> int:
     """Give each taken entry its fate and re-arm it; returns the number emitted on time.
 
     Lateness is measured at ``throttled_from`` when the lane has been held back by its
-    tenant's quota since then (time spent throttled is not a misfire), else at ``now``.
+    tenant's ``quota`` since then (time spent throttled is not a misfire), else at ``now``.
     """
     emitted = 0
     ref = now if throttled_from is None else min(now, throttled_from)
@@ -215,7 +217,7 @@ def fire(
             out.dispatch.append(occ)
             emitted += 1
             if throttled_from is not None and now > max(avail, throttled_from):
-                out.throttled_by(occ, now - max(avail, throttled_from), "trigger_rate_per_s")
+                out.throttled_by(occ, now - max(avail, throttled_from), quota)
             nxt = e.compiled.next_after_epoch(f)
         _rearm(store, e, nxt, now, out)
     return emitted
