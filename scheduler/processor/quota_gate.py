@@ -16,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from scheduler.processor.attempts import Attempt, Attempts
+from scheduler.processor.model import DueOccurrence
+from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.shares import ROTATE_S, Demand, ShareTable, apportion
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import Lane
@@ -97,6 +100,44 @@ class QuotaGate:
             running = d.running if d is not None else 0
             if running < claim:
                 self._claim(tenant, running)
+
+    def begin_tick(
+        self,
+        tenants: Mapping[str, Tenant],
+        queues: Mapping[tuple[str, Lane], _Queue],
+        catch_up: Mapping[str, Iterable[object]],
+        attempts: Attempts,
+        now: int,
+        clock: float,
+    ) -> None:
+        """:meth:`begin` with the shard's demand measured now (:func:`shard_demand`)."""
+        held = [a for oid in attempts.retry_throttled if (a := attempts.inflight.get(oid)) is not None]
+        self.begin(shard_demand(tenants, queues, catch_up, held, attempts.running, self.claims, now), clock)
+
+    def bucket(
+        self, buckets: dict[str, TokenBucket], tenant: str, rate: float, clock: float, kind: int
+    ) -> TokenBucket:
+        """The shard's token bucket for ``tenant`` in ``buckets``, at its part of the tenant's
+        cluster-wide ``rate`` of ``kind``; it banks at most a second of the part (at least one
+        token), and keeps its tokens when the part moves. Called once per tenant and round of a
+        lane, never per occurrence."""
+        share = self.rate(tenant, kind, rate)
+        burst = max(int(share), 1)
+        b = buckets.get(tenant)
+        if b is None:
+            b = buckets[tenant] = TokenBucket(share, burst)
+        elif b.rate != share:
+            b.set_rate(share, burst, clock)
+        return b
+
+    def dispatched(self, attempts: Attempts, dispatch: list[DueOccurrence], start: int) -> None:
+        """Track ``dispatch[start:]`` (one capped tenant's, just emitted) until their final
+        reports, what ``max_running`` counts, and take them from the tick's room."""
+        for occ in dispatch[start:]:
+            attempts.dispatched(Attempt(occ.occurrence_id, occ.schedule_id, occ.tenant, occ.version,
+                                        occ.scheduled_for, occ.attempt))
+        if len(dispatch) > start:
+            self.took(dispatch[start].tenant, len(dispatch) - start)
 
     def rate(self, tenant: str, kind: int, rate: float) -> float:
         """The shard's part of ``tenant``'s cluster-wide ``rate`` of ``kind`` (0: no limit)."""

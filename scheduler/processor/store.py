@@ -27,7 +27,7 @@ from scheduler.domain import available_at
 from scheduler.processor.attempts import Attempt, Attempts, attempt_event, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, DueOccurrence, Entry, Event
-from scheduler.processor.quota_gate import QuotaGate, shard_demand
+from scheduler.processor.quota_gate import QuotaGate
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.recent import Applied, recent_requests
 from scheduler.processor.shares import RETRY, TRIGGER
@@ -262,51 +262,26 @@ class ShardStore:
             events.append(attempt_event(a, state, reason))
         return events
 
-    # -- quotas -------------------------------------------------------------------
+    # -- quotas (the shard's part of each cluster-wide quota: quota_gate.py) ---------------
     def bucket(
         self, buckets: dict[str, TokenBucket], tenant: str, rate: float, clock: float, kind: int = TRIGGER
     ) -> TokenBucket:
-        """The shard's token bucket for ``tenant`` in ``buckets``, at this shard's share of the
-        tenant's cluster-wide ``rate`` of ``kind`` (:mod:`scheduler.processor.shares`); it banks at
-        most a second of the share (at least one token). Called once per tenant and round of a
-        lane, never per occurrence."""
-        share = self.gate.rate(tenant, kind, rate)
-        burst = max(int(share), 1)
-        b = buckets.get(tenant)
-        if b is None:
-            b = buckets[tenant] = TokenBucket(share, burst)
-        elif b.rate != share:
-            b.set_rate(share, burst, clock)
-        return b
+        return self.gate.bucket(buckets, tenant, rate, clock, kind)
 
     def retry_bucket(self, tenant: str, rate: float, clock: float) -> TokenBucket:
-        return self.bucket(self.retry_buckets, tenant, rate, clock, RETRY)
+        return self.gate.bucket(self.retry_buckets, tenant, rate, clock, RETRY)
 
     def begin_quotas(self, now: int, clock: float) -> None:
-        """The tick starts: measure the shard's demand per tenant and publish it (shares)."""
-        at = self.attempts
-        held = [a for oid in at.retry_throttled if (a := at.inflight.get(oid)) is not None]
-        self.gate.begin(
-            shard_demand(self.tenants, self.queues, self.catch_up, held, at.running, self.gate.claims, now),
-            clock,
-        )
+        self.gate.begin_tick(self.tenants, self.queues, self.catch_up, self.attempts, now, clock)
 
     def running_room(self, tenant: str, cap: int) -> int:
-        """Dispatches ``tenant`` may still make this tick under its ``max_running`` = ``cap``."""
         return self.gate.room(tenant, cap, self.attempts.running.get(tenant, 0))
 
     def took_running(self, tenant: str, n: int) -> None:
         self.gate.took(tenant, n)
 
     def track_dispatched(self, dispatch: list[DueOccurrence], start: int) -> None:
-        """Track ``dispatch[start:]`` (a capped tenant's, just emitted) until their final reports:
-        what ``max_running`` counts."""
-        at = self.attempts
-        for occ in dispatch[start:]:
-            at.dispatched(Attempt(occ.occurrence_id, occ.schedule_id, occ.tenant, occ.version,
-                                  occ.scheduled_for, occ.attempt))
-        if len(dispatch) > start:
-            self.gate.took(dispatch[start].tenant, len(dispatch) - start)
+        self.gate.dispatched(self.attempts, dispatch, start)
 
     def catch_up_wait_s(self, clock: float) -> float | None:
         """Seconds until pending catch-up work may be emitted (its tenant's catch-up rate);
