@@ -29,7 +29,7 @@ def read_dlq(settings: Settings, tenant: str, timeout_s: float = 60) -> list[Dlq
         except RecordDecodeError:
             return
 
-    c = consumer(settings.bootstrap_servers, None, **{"enable.partition.eof": True})
+    c = consumer(settings.kafka(), None, **{"enable.partition.eof": True})
     try:
         read_to_end(c, all_partitions(c, topic_name(settings, "dlq", tenant)), keep, timeout_s)
     finally:
@@ -39,7 +39,7 @@ def read_dlq(settings: Settings, tenant: str, timeout_s: float = 60) -> list[Dlq
 
 def replay(settings: Settings, entries: list[DlqEntry], now_ms: int) -> list[Occurrence]:
     """Dispatch each entry's occurrence again (same occurrence id, attempt = attempts + 1)."""
-    p = producer(settings.bootstrap_servers)
+    p = producer(settings.kafka())
     sent: list[Occurrence] = []
     for d in entries:
         occ = Occurrence(

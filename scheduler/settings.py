@@ -15,6 +15,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from scheduler.access import ADMIN_USER
+from scheduler.kafka.connection import MECHANISMS, PROTOCOLS, KafkaConnection, resolve
+
 
 def _cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ksched"
@@ -32,6 +35,14 @@ class SettingsError(ValueError):
 class Settings:
     # Where Kafka is. Empty means "the embedded local broker" (ksched kafka start).
     bootstrap: str = ""
+    # How clients authenticate (docs/security.md). Empty username: the process's own principal;
+    # empty password: that user's password from the credentials file.
+    security_protocol: str = "SASL_PLAINTEXT"  # PLAINTEXT | SASL_PLAINTEXT | SASL_SSL | SSL
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_ca_location: str = ""
+    credentials_file: str = ""  # empty: <kafka_data_dir>/credentials.json
     # Embedded broker.
     kafka_version: str = "4.1.1"
     kafka_port: int = 9092
@@ -63,6 +74,29 @@ class Settings:
     def embedded(self) -> bool:
         return not self.bootstrap
 
+    @property
+    def credentials_path(self) -> Path:
+        """The credentials file: the setting, else the embedded broker's under its data dir."""
+        if self.credentials_file:
+            return Path(self.credentials_file).expanduser()
+        return Path(self.kafka_data_dir).expanduser() / "credentials.json"
+
+    def kafka(self, principal: str = ADMIN_USER, *, group_prefix: str = "ksched-") -> KafkaConnection:
+        """The connection of ``principal`` (default: the admin) — unless ``sasl_username`` names
+        another user: explicit settings win. Raises ``CredentialsError`` when no password is found.
+        ``group_prefix``: where the principal's consumer group ids live (``scheduler.access``)."""
+        return resolve(
+            self.bootstrap_servers,
+            protocol=self.security_protocol,
+            mechanism=self.sasl_mechanism,
+            username=self.sasl_username,
+            password=self.sasl_password,
+            ssl_ca_location=self.ssl_ca_location,
+            credentials_file=self.credentials_path,
+            principal=principal,
+            group_prefix=group_prefix,
+        )
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -85,7 +119,25 @@ def _coerce(name: str, raw: Any, default: Any) -> Any:
         ) from None
 
 
+def _validate_security(s: Settings) -> None:
+    if s.security_protocol not in PROTOCOLS:
+        raise SettingsError(
+            f"setting security_protocol: {s.security_protocol!r} is not one of {', '.join(PROTOCOLS)}; "
+            "set KSCHED_SECURITY_PROTOCOL"
+        )
+    if s.security_protocol.startswith("SASL_") and s.sasl_mechanism not in MECHANISMS:
+        raise SettingsError(
+            f"setting sasl_mechanism: {s.sasl_mechanism!r} is not one of {', '.join(MECHANISMS)}; "
+            "set KSCHED_SASL_MECHANISM"
+        )
+    if s.sasl_password and not s.sasl_username:
+        raise SettingsError(
+            "setting sasl_password is set but sasl_username is empty; set KSCHED_SASL_USERNAME too"
+        )
+
+
 def _validate(s: Settings) -> Settings:
+    _validate_security(s)
     if s.environment not in ("local", "production"):
         raise SettingsError(
             f"setting environment: {s.environment!r} is not one of local, production"

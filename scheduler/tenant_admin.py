@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from scheduler.access_admin import ensure_services, ensure_tenants
 from scheduler.kafka.admin import admin_client, apply_topics, delete_topics
 from scheduler.kafka.clients import producer
 from scheduler.settings import Settings
@@ -56,7 +57,7 @@ def publish(settings: Settings, records: Iterable[tuple[str, Tenant | None]]) ->
         if err is not None:
             failed.append(f"{(msg.key() or b'').decode()}: {err.str()}")
 
-    p = producer(settings.bootstrap_servers, **{"client.id": "ksched-tenants-admin", "linger.ms": 0})
+    p = producer(settings.kafka(), **{"client.id": "ksched-tenants-admin", "linger.ms": 0})
     now_ms = int(time.time() * 1000)
     names: list[str] = []
     for name, tenant in records:
@@ -101,7 +102,7 @@ def remove(settings: Settings, table: TenantTable, name: str) -> None:
     seed(settings, table)
     publish(settings, [(name, None)])
     try:
-        delete_topics(admin_client(settings.bootstrap_servers),
+        delete_topics(admin_client(settings.kafka()),
                       [topic_name(settings, t, name) for t in REMOVED_WITH_TENANT])
     except KafkaException as exc:
         raise TenantAdminError(
@@ -114,17 +115,22 @@ def apply_all(
     settings: Settings, *, dry_run: bool = False, extra: Iterable[str] = ()
 ) -> tuple[list[Any], list[str]]:
     """Create or fix every topic (the cluster's, and each registered tenant's and ``extra``'s),
-    then seed the registry from the seed file. Returns (topic changes, tenants seeded).
+    give the service principals and those tenants their ACLs (and, where ksched keeps the
+    passwords, a credential to one that has none: docs/security.md), then seed the registry
+    from the seed file. Returns (topic changes, tenants seeded).
 
     Topics first: a tenant's topics exist before any processor can see it registered (a
     dispatch to a missing topic would fail the shard's transaction)."""
     table = current(settings)
     names = set(table.target) | set(extra)
     try:
-        changes = apply_topics(admin_client(settings.bootstrap_servers), desired_topics(settings, names),
+        changes = apply_topics(admin_client(settings.kafka()), desired_topics(settings, names),
                                dry_run=dry_run)
     except KafkaException as exc:
         raise TenantAdminError(_unreachable(settings, exc)) from None
+    if not dry_run:
+        ensure_services(settings)
+        ensure_tenants(settings, sorted(names))
     seeded = [] if dry_run else seed(settings, table)
     return changes, seeded
 

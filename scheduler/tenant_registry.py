@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from scheduler.kafka.clients import consumer
+from scheduler.kafka.connection import KafkaConnection
 from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.records import RecordDecodeError, TenantRecord, decode, encode
 from scheduler.settings import Settings
@@ -136,9 +137,14 @@ class TenantRegistry:
     Call both from one thread (the one that reads ``target``)."""
 
     def __init__(
-        self, settings: Settings, target: dict[str, Tenant], seed: Mapping[str, Tenant] | None = None
+        self,
+        settings: Settings,
+        target: dict[str, Tenant],
+        seed: Mapping[str, Tenant] | None = None,
+        conn: KafkaConnection | None = None,
     ) -> None:
         self.settings = settings
+        self.conn = conn or settings.kafka()  # whose ACLs read the topic: the admin's by default
         self.topic = tenants_topic(settings)
         self.table = TenantTable(target, load_tenants(settings.tenants_file) if seed is None else seed)
         self._consumer: Consumer | None = None
@@ -154,7 +160,7 @@ class TenantRegistry:
             # 500 ms wait would delay every worker's start by it. 100 ms: ten idle fetches a second.
             "fetch.wait.max.ms": 100,
         }
-        c = consumer(self.settings.bootstrap_servers, None, **extra)
+        c = consumer(self.conn, None, **extra)
         self._consumer = c
         try:
             try:
@@ -204,8 +210,11 @@ class TenantRegistry:
             self._consumer = None
 
 
-def read_registry(settings: Settings, target: dict[str, Tenant] | None = None) -> TenantTable:
-    """The registry as it is now (the topic read to its end over the seed), not followed."""
-    reg = TenantRegistry(settings, {} if target is None else target).start()
+def read_registry(
+    settings: Settings, target: dict[str, Tenant] | None = None, conn: KafkaConnection | None = None
+) -> TenantTable:
+    """The registry as it is now (the topic read to its end over the seed), not followed;
+    read as ``conn``'s principal (default: the admin)."""
+    reg = TenantRegistry(settings, {} if target is None else target, conn=conn).start()
     reg.close()
     return reg.table

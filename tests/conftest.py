@@ -1,7 +1,10 @@
 """Test session harness.
 
 One real Apache Kafka broker per test session, started through the same code
-as ``ksched kafka start`` (or the cluster named by ``KSCHED_BOOTSTRAP``). It runs
+as ``ksched kafka start`` (or the cluster named by ``KSCHED_BOOTSTRAP``, with the
+security settings of the environment). It is authenticated like every embedded
+broker (SASL/SCRAM, ACLs, default deny); its credentials file is handed to every
+client through ``KSCHED_CREDENTIALS_FILE``. It runs
 on its own ports and data dir so a ``make run`` demo on the defaults is never
 touched. Each run gets its own topic namespace. If the broker cannot start,
 every Kafka test errors with the reason: nothing is skipped.
@@ -22,6 +25,10 @@ from scheduler.settings import Settings, load_settings
 pytest_plugins = ["pg_fixture"]
 
 TEST_KAFKA_PORT = int(os.environ.get("KSCHED_TEST_KAFKA_PORT", "19092"))
+
+
+# Set by kafka_bootstrap for the embedded test broker: where its credentials are.
+_BROKER_ENV: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +56,12 @@ def kafka_bootstrap() -> Iterator[str]:
         broker.start()
     except LocalBrokerError as exc:
         pytest.fail(f"the test Kafka broker could not start: {exc}", pytrace=False)
+    _BROKER_ENV.update(
+        {
+            "KSCHED_CREDENTIALS_FILE": str(broker.credentials_file),
+            "KSCHED_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        }
+    )
     yield broker.bootstrap
     if not was_running and os.environ.get("KSCHED_TEST_KEEP_KAFKA") != "1":
         broker.stop()
@@ -70,18 +83,23 @@ def kafka_settings(
         "KSCHED_NAMESPACE": namespace,
         "KSCHED_TENANTS_FILE": str(tenants_file),
         "KSCHED_PARTITIONS": "4",
+        **_BROKER_ENV,
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # subprocesses and CLI entry points see the same settings
     settings = load_settings()
+    from scheduler.access_admin import ensure_services, forget_namespace
+
+    ensure_services(settings)  # the processor's principal and ACLs: every test's processor runs as it
     yield settings
     from scheduler.kafka.admin import admin_client
 
-    admin = admin_client(kafka_bootstrap)
+    admin = admin_client(settings.kafka())
     names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(namespace + ".")]
     if names:
         for f in admin.delete_topics(names, operation_timeout=30).values():
             f.result(60)  # wait: a client dropped at once may never send the request
+    forget_namespace(settings)  # its principals' ACLs, credentials and kept passwords
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

@@ -64,7 +64,7 @@ class Events:
     """Follows a tenant's ``ksched.occurrence-events.<tenant>`` read_committed."""
 
     def __init__(self, settings: Settings, tenant: str = TENANT) -> None:
-        self.c = consumer(settings.bootstrap_servers)
+        self.c = consumer(settings.kafka())
         topic = topic_name(settings, "occurrence-events", tenant)
         self.c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
         self.seen: list[OccurrenceEvent] = []

@@ -62,7 +62,7 @@ def start_worker(settings: Settings, handler: Callable[[Context], object]) -> Ru
 
 def send_reports(settings: Settings, reports: list[AttemptReport]) -> None:
     """Produce reports as a worker would: to its tenant's commands topic, keyed by the schedule id."""
-    prod = producer(settings.bootstrap_servers)
+    prod = producer(settings.kafka())
     for r in reports:
         prod.produce(topic_name(settings, "commands", r.tenant), encode(r), r.schedule_id.encode())
     assert prod.flush(30) == 0

@@ -70,7 +70,7 @@ def send(settings: Settings, occ: Occurrence, kind: str, attempt: int, token: st
         scheduled_for_ms=occ.scheduled_for_ms, attempt=attempt, token=token, kind=kind,  # type: ignore[arg-type]
         worker_id="test", reported_at_ms=int(time.time() * 1000), **kw,  # type: ignore[arg-type]
     )
-    prod = producer(settings.bootstrap_servers)
+    prod = producer(settings.kafka())
     prod.produce(topic_name(settings, "commands", occ.tenant), encode(rep), occ.schedule_id.encode())
     assert prod.flush(30) == 0
 

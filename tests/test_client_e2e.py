@@ -21,6 +21,7 @@ from scheduler.client import (
     RequestTimeout,
     ScheduleNotFound,
     SchedulerClient,
+    UnknownTenant,
     read_schedules,
 )
 from scheduler.domain import ScheduleSpec, schedule_id_for
@@ -103,7 +104,8 @@ def test_sdk_update_replaces_and_patch_refuses_a_lost_update(cluster: Settings) 
             acc = client.create(TENANT, spec, key="sdk-replace-patch")
             got = client.get(TENANT, acc.schedule_id)
             assert got is not None and got.version == 1 and got.spec.to_domain() == spec
-            assert client.get("other", acc.schedule_id) is None  # another tenant does not see it
+            with pytest.raises(UnknownTenant, match="ksched tenants add other"):  # not registered here
+                client.get("other", acc.schedule_id)
 
             patched = client.patch(TENANT, acc.schedule_id, handler="b", max_runs=3)
             assert patched.version == 2

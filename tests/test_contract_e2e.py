@@ -42,7 +42,7 @@ class Reader:
     """Follows topics from the beginning, read_committed, decoding each value as ``cls``."""
 
     def __init__(self, settings: Settings, topic: str, cls: type) -> None:
-        self.c = consumer(settings.bootstrap_servers)
+        self.c = consumer(settings.kafka())
         self.c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
         self.cls = cls
         self.seen: list[tuple[float, object]] = []

@@ -110,7 +110,7 @@ def read_answers(results: Consumer, wanted: set[str]) -> tuple[dict[str, Command
 
 def read_dispatched(settings: Settings, expected: set[str], tenant: str = TENANT) -> dict[str, Occurrence]:
     """The tenant's dispatched occurrences by id, read until every ``expected`` one is in (or 60 s)."""
-    c = consumer(settings.bootstrap_servers)
+    c = consumer(settings.kafka())
     t_dispatch = topic_name(settings, "dispatch", tenant)
     c.assign([TopicPartition(t_dispatch, q, 0) for q in range(settings.partitions)])
     got: dict[str, Occurrence] = {}
@@ -142,8 +142,8 @@ def test_hostile_records_are_answered_and_valid_traffic_stays_on_time(
     wrong_partition = (partition_for(wrong_sid.encode(), settings.partitions) + 1) % settings.partitions
     wrong = command(good, "h8")
     keyless = command(good, None, sid=None)
-    p = producer(settings.bootstrap_servers)
-    results = consumer(settings.bootstrap_servers)
+    p = producer(settings.kafka())
+    results = consumer(settings.kafka())
     t_results = topic_name(settings, "results", TENANT)
     results.assign([TopicPartition(t_results, q, 0) for q in range(settings.partitions)])
     due = int(time.time()) + 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from scheduler.kafka.errors import AccessDenied
 from scheduler.kafka.reader import watermarks
 
 
@@ -30,5 +31,5 @@ def test_a_partition_without_a_settled_leader_is_asked_again() -> None:
 def test_a_lasting_or_other_error_is_raised() -> None:
     with pytest.raises(KafkaException):
         watermarks(FlakyConsumer(10**6), TopicPartition("t", 0), timeout_s=0.3)  # type: ignore[arg-type]
-    with pytest.raises(KafkaException):
+    with pytest.raises(AccessDenied, match=r"may not read topic t \(TOPIC_AUTHORIZATION_FAILED\)"):
         watermarks(FlakyConsumer(1, KafkaError.TOPIC_AUTHORIZATION_FAILED), TopicPartition("t", 0))  # type: ignore[arg-type]

@@ -11,12 +11,13 @@ from confluent_kafka.admin import NewTopic
 
 from scheduler.kafka.admin import admin_client
 from scheduler.kafka.clients import consumer, producer, transactional_producer
+from scheduler.kafka.connection import KafkaConnection
 from scheduler.settings import Settings
 
 pytestmark = pytest.mark.kafka
 
 
-def _topic(settings: Settings, admin_bootstrap: str, suffix: str, **config: str) -> str:
+def _topic(settings: Settings, admin_bootstrap: KafkaConnection, suffix: str, **config: str) -> str:
     name = f"{settings.namespace}.t-{suffix}-{uuid.uuid4().hex[:6]}"
     admin = admin_client(admin_bootstrap)  # keep the handle alive until the future resolves
     fut = admin.create_topics(
@@ -27,7 +28,7 @@ def _topic(settings: Settings, admin_bootstrap: str, suffix: str, **config: str)
 
 
 def _read_all(
-    bootstrap: str, topic: str, *, isolation: str, expect: int, timeout_s: float = 20
+    bootstrap: KafkaConnection, topic: str, *, isolation: str, expect: int, timeout_s: float = 20
 ) -> list[bytes]:
     c = consumer(bootstrap, **{"isolation.level": isolation})
     c.assign([TopicPartition(topic, 0, 0)])
@@ -51,7 +52,7 @@ def _read_all(
 
 
 def test_aborted_transaction_is_invisible_and_committed_one_is_visible(kafka_settings: Settings) -> None:
-    bootstrap = kafka_settings.bootstrap_servers
+    bootstrap = kafka_settings.kafka()
     topic = _topic(kafka_settings, bootstrap, "txn")
     p = transactional_producer(bootstrap, f"test-txn-{uuid.uuid4().hex[:8]}")
     p.init_transactions(30)
@@ -72,7 +73,7 @@ def test_aborted_transaction_is_invisible_and_committed_one_is_visible(kafka_set
 
 
 def test_zombie_producer_is_fenced(kafka_settings: Settings) -> None:
-    bootstrap = kafka_settings.bootstrap_servers
+    bootstrap = kafka_settings.kafka()
     topic = _topic(kafka_settings, bootstrap, "fence")
     tid = f"test-fence-{uuid.uuid4().hex[:8]}"
     old = transactional_producer(bootstrap, tid)
@@ -96,7 +97,7 @@ def test_zombie_producer_is_fenced(kafka_settings: Settings) -> None:
 
 
 def test_idempotent_producer_writes_each_record_once(kafka_settings: Settings) -> None:
-    bootstrap = kafka_settings.bootstrap_servers
+    bootstrap = kafka_settings.kafka()
     topic = _topic(kafka_settings, bootstrap, "idem")
     p = producer(bootstrap)
     for i in range(1000):
@@ -107,7 +108,7 @@ def test_idempotent_producer_writes_each_record_once(kafka_settings: Settings) -
 
 
 def test_compacted_topic_keeps_latest_value_per_key(kafka_settings: Settings) -> None:
-    bootstrap = kafka_settings.bootstrap_servers
+    bootstrap = kafka_settings.kafka()
     topic = _topic(
         kafka_settings,
         bootstrap,

@@ -201,7 +201,11 @@ def test_server_properties_single_node_kraft_on_loopback(tmp_path: Path) -> None
         if line and not line.startswith("#")
     )
     assert props["process.roles"] == "broker,controller"
-    assert props["listeners"] == "PLAINTEXT://127.0.0.1:1234,CONTROLLER://127.0.0.1:1235"
+    assert props["listeners"] == "SASL_PLAINTEXT://127.0.0.1:1234,CONTROLLER://127.0.0.1:1235"
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:admin"
+    assert props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert props["controller.quorum.bootstrap.servers"] == "127.0.0.1:1235"
     assert "controller.quorum.voters" not in props  # rejected together with --standalone
     for key in ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic"):
@@ -232,7 +236,7 @@ def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
 
 @pytest.mark.kafka
 def test_start_status_idempotent_stop_and_fresh(own_broker: LocalBroker) -> None:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     b = own_broker
@@ -249,10 +253,15 @@ def test_start_status_idempotent_stop_and_fresh(own_broker: LocalBroker) -> None
     assert again.pid == pid and again.healthy
     assert time.monotonic() - t0 < 5, "a second start must reuse the running broker"
 
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    with pytest.raises(KafkaException):  # no credentials, no metadata: the listener is SASL only
+        AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 0}).list_topics(timeout=3)
+    conn = b.connection()  # the admin, from the credentials file written at first start
+    assert (b.credentials_file.stat().st_mode & 0o777) == 0o600
+    assert (b.server_properties.stat().st_mode & 0o777) == 0o600
+    admin = AdminClient(conn.config())
     for f in admin.create_topics([NewTopic("probe", 1, 1)], operation_timeout=30).values():
         f.result()
-    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "probe-tx"})
+    p = Producer(conn.config(**{"transactional.id": "probe-tx"}))
     t0 = time.monotonic()
     p.init_transactions(30)  # the first one creates __transaction_state (about 1-2 s)
     assert time.monotonic() - t0 < 20
@@ -271,3 +280,28 @@ def test_start_status_idempotent_stop_and_fresh(own_broker: LocalBroker) -> None
     fresh = b.start(fresh=True, timeout_s=120)
     assert fresh.healthy and fresh.pid != pid
     assert "probe" not in fresh.topics
+
+
+def test_a_data_dir_formatted_without_authentication_is_detected(tmp_path: Path) -> None:
+    """An older ksched formatted storage with no SCRAM user: start() wipes and reformats it."""
+    from scheduler.localbroker.config import AUTH_MARKER
+    from scheduler.localbroker.storage import DataDir
+
+    cfg = BrokerConfig(port=1234, controller_port=1235, cache_dir=tmp_path, data_dir=tmp_path / "d")
+    store = DataDir(tmp_path / "d", cfg)
+    assert not store.unauthenticated()  # never formatted: nothing to detect
+    (store.kraft_dir).mkdir(parents=True)
+    (store.kraft_dir / "meta.properties").write_text("version=1\n")
+    store.meta_file.write_text('{"cluster_id": "x", "port": 1234, "controller_port": 1235}')
+    assert store.unauthenticated()  # the old broker.json: no auth marker
+    assert "wiping it (local dev data)" in store.legacy_notice(None)
+    with pytest.raises(LocalBrokerError, match=r"\(pid 4242\) was started without authentication"):
+        store.legacy_notice(4242)  # its old broker still runs: refused, never stopped behind its back
+    store.meta_file.write_text(f'{{"controller_port": 1235, "auth": "{AUTH_MARKER}"}}')
+    assert store.unauthenticated()  # marked, but its credentials file is gone: nobody could log in
+    assert store.admin_password() and store.credentials_file.is_file()
+    assert (store.credentials_file.stat().st_mode & 0o777) == 0o600
+    assert not store.unauthenticated()
+    assert store.admin_password() == store.admin_password()  # generated once, then reused
+    store.wipe()
+    assert not store.credentials_file.exists()

@@ -35,12 +35,12 @@ def test_an_empty_key_has_no_partition() -> None:
 @pytest.mark.kafka
 def test_partition_for_agrees_with_the_producers_partitioner(kafka_settings: Settings) -> None:
     topic = f"{kafka_settings.namespace}.partitioner-{secrets.token_hex(3)}"
-    admin = admin_client(kafka_settings.bootstrap_servers)
+    admin = admin_client(kafka_settings.kafka())
     for f in admin.create_topics([NewTopic(topic, num_partitions=7, replication_factor=1)]).values():
         f.result(30)
     keys = [secrets.token_hex(16).encode() for _ in range(300)] + [b"x", b"ab", b"abc"]
     landed: dict[bytes, int] = {}
-    p = producer(kafka_settings.bootstrap_servers)
+    p = producer(kafka_settings.kafka())
     for k in keys:
         p.produce(topic, b"v", k, on_delivery=lambda err, m: landed.__setitem__(m.key(), m.partition()))
     p.flush(30)

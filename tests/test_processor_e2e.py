@@ -42,7 +42,7 @@ def cluster(kafka_settings: Settings) -> Iterator[Settings]:
 
 def read_dispatch(settings: Settings, tenant: str, expect: int, timeout_s: float) -> list[Occurrence]:
     topic = topic_name(settings, "dispatch", tenant)
-    c = consumer(settings.bootstrap_servers)
+    c = consumer(settings.kafka())
     c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
     out: list[Occurrence] = []
     deadline = time.monotonic() + timeout_s

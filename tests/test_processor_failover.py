@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from scheduler.access_admin import ensure_services, ensure_tenants, forget_namespace
 from scheduler.domain import ScheduleSpec, occurrence_id
 from scheduler.kafka.admin import admin_client, apply_topics
 from scheduler.kafka.clients import consumer, producer
@@ -167,7 +168,7 @@ def group_assignment(settings: Settings) -> tuple[str, dict[str, set[int]]]:
     """The processor group's state and, per member client id, its partitions of the shards topic."""
     group = f"{settings.namespace}.processor"
     t_shards = topic_name(settings, "shards")
-    admin = admin_client(settings.bootstrap_servers)  # kept alive until the future resolves
+    admin = admin_client(settings.kafka())  # kept alive until the future resolves
     desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
     members = {
         m.client_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == t_shards}
@@ -210,7 +211,7 @@ def create_commands(
 ) -> list[str]:
     """Produce one CREATE per spec straight to the commands topic (as ``ksched bench burst`` does)
     and wait until the processor accepted every one; returns the schedule ids, in order."""
-    bs = settings.bootstrap_servers
+    bs = settings.kafka()
     t_results = topic_name(settings, "results", tenant)
     results = consumer(bs)
     ends = [
@@ -272,7 +273,7 @@ class TopicReader:
 
     def __init__(self, settings: Settings, topics: list[str], cls: type) -> None:
         self.cls = cls
-        self.c = consumer(settings.bootstrap_servers, None, **{"fetch.wait.max.ms": 10})
+        self.c = consumer(settings.kafka(), None, **{"fetch.wait.max.ms": 10})
         self.c.assign([TopicPartition(t, p, 0) for t in topics for p in range(settings.partitions)])
         self.seen: list[Seen] = []
 
@@ -532,18 +533,21 @@ def isolated(kafka_settings: Settings) -> Iterator[Settings]:
     settings = kafka_settings.replace(
         namespace=f"{kafka_settings.namespace}-fo{secrets.token_hex(2)}", tick_interval_ms=50
     )
+    ensure_services(settings)  # its processors run as its own processor principal
     yield settings
-    admin = admin_client(settings.bootstrap_servers)
+    admin = admin_client(settings.kafka())
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
     if names:
         # Wait on the futures: an AdminClient dropped before its request went out deletes nothing.
         for future in admin.delete_topics(names, operation_timeout=30).values():
             future.result(60)
+    forget_namespace(settings)
 
 
 def with_topics(settings: Settings, *tenants: Tenant) -> dict[str, Tenant]:
     registry = {t.name: t for t in tenants}
-    apply_topics(admin_client(settings.bootstrap_servers), desired_topics(settings, registry))
+    apply_topics(admin_client(settings.kafka()), desired_topics(settings, registry))
+    ensure_tenants(settings, list(registry))  # their principals: workers run as them
     return registry
 
 

@@ -41,7 +41,7 @@ def space(kafka_settings: Settings) -> Iterator[Settings]:
         namespace=f"{kafka_settings.namespace}-q{secrets.token_hex(2)}", tick_interval_ms=50
     )
     yield settings
-    admin = admin_client(settings.bootstrap_servers)
+    admin = admin_client(settings.kafka())
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
     if names:
         for future in admin.delete_topics(names, operation_timeout=30).values():
@@ -63,12 +63,12 @@ def create(settings: Settings, tenant: str, sids: list[str], at: int, timeout_s:
     """One CREATE of a one-time schedule at ``at`` per id, straight to the commands topic; wait
     until every one is accepted."""
     t_results = topic_name(settings, "results", tenant)
-    results = consumer(settings.bootstrap_servers)
+    results = consumer(settings.kafka())
     results.assign([
         TopicPartition(t_results, p, results.get_watermark_offsets(TopicPartition(t_results, p), 10)[1])
         for p in range(settings.partitions)
     ])
-    prod = producer(settings.bootstrap_servers)
+    prod = producer(settings.kafka())
     spec = ScheduleSpecRecord.from_domain(once_at(at))
     for sid in sids:
         cmd = ScheduleCommand(request_id=sid, tenant=tenant, schedule_id=sid, kind="CREATE", spec=spec,

@@ -41,7 +41,7 @@ def two(isolated: Settings) -> Iterator[tuple[Settings, ProcessorMetrics]]:
 
 def answers(settings: Settings, tenant: str, wanted: set[str], timeout_s: float) -> dict[str, CommandResult]:
     """The answers on ``tenant``'s results topic to the ``wanted`` request ids (read from the start)."""
-    c = consumer(settings.bootstrap_servers)
+    c = consumer(settings.kafka())
     t = topic_name(settings, "results", tenant)
     c.assign([TopicPartition(t, p, 0) for p in range(settings.partitions)])
     got: dict[str, CommandResult] = {}
@@ -76,7 +76,7 @@ def test_records_on_alphas_topic_change_nothing_of_bravos(two: tuple[Settings, P
         error_class="X", error_message="forged", worker_id="alpha", reported_at_ms=now_ms,
     )
     ignored_before = metrics.reports_ignored.labels(kind="FAILED")._value.get()
-    p = producer(settings.bootstrap_servers)
+    p = producer(settings.kafka())
     t_alpha = topic_name(settings, "commands", "alpha")
     for value in (encode(cancel_as_bravo), encode(cancel_as_alpha), encode(forged)):
         p.produce(t_alpha, value, bravo.encode())

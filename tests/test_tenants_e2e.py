@@ -145,13 +145,18 @@ def test_a_removed_tenant_is_unknown_and_its_seed_does_not_bring_it_back(
 
 
 def test_a_worker_starts_only_for_a_registered_enabled_tenant(
-    live: tuple[Settings, Processor], capsys: pytest.CaptureFixture[str]
+    live: tuple[Settings, Processor], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base = ["worker", "--handlers", "scheduler.demo.handlers", "--no-metrics", "--tenant"]
+    assert main([*base, "nobody"]) == 2  # as its own principal: it has no credential
+    err = capsys.readouterr().err
+    assert f"{live[0].namespace}.tenant.nobody" in err and "ksched tenants add" in err
+    monkeypatch.setenv("KSCHED_SASL_USERNAME", "admin")  # an operator's worker: the registry answers
     assert main([*base, "nobody"]) == 2
     assert "tenant 'nobody' is not registered" in capsys.readouterr().err
+    monkeypatch.delenv("KSCHED_SASL_USERNAME")
     assert main(["tenants", "add", "tn-wk"]) == 0
     assert main(["tenants", "disable", "tn-wk"]) == 0
     capsys.readouterr()
-    assert main([*base, "tn-wk"]) == 2
+    assert main([*base, "tn-wk"]) == 2  # as tn-wk's principal, which reads the registry
     assert "tenant 'tn-wk' is disabled" in capsys.readouterr().err

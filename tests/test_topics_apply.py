@@ -9,6 +9,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from scheduler.cli import main
 from scheduler.kafka.admin import admin_client, apply_topics
+from scheduler.kafka.connection import KafkaConnection
 from scheduler.settings import Settings
 from scheduler.tenant_registry import read_registry
 from scheduler.topology import desired_topics, topic_name
@@ -16,7 +17,7 @@ from scheduler.topology import desired_topics, topic_name
 pytestmark = pytest.mark.kafka
 
 
-def _configs(bootstrap: str, topic: str) -> dict[str, str]:
+def _configs(bootstrap: KafkaConnection, topic: str) -> dict[str, str]:
     admin = admin_client(bootstrap)
     res = ConfigResource(ResourceType.TOPIC, topic)
     entries = next(iter(admin.describe_configs([res]).values())).result(timeout=30)
@@ -32,7 +33,7 @@ def test_apply_creates_everything_then_reports_no_change(
     assert main(["topics", "apply"]) == 0
     assert capsys.readouterr().out.strip() == "topics: up to date, no change"
 
-    bootstrap = kafka_settings.bootstrap_servers
+    bootstrap = kafka_settings.kafka()
     existing = admin_client(bootstrap).list_topics(timeout=10).topics
     for plan in desired_topics(kafka_settings, ["acme"]):
         assert plan.name in existing
@@ -44,7 +45,7 @@ def test_apply_creates_everything_then_reports_no_change(
 
 
 def test_apply_fixes_config_drift_and_reports_partition_drift(kafka_settings: Settings) -> None:
-    bootstrap = kafka_settings.bootstrap_servers
+    bootstrap = kafka_settings.kafka()
     admin = admin_client(bootstrap)
     plans = desired_topics(kafka_settings, ["drifty"])
     apply_topics(admin, plans)

@@ -9,7 +9,7 @@ from scheduler.tenants import Tenant, TenantError, add_tenant, load_tenants
 from scheduler.topology import desired_topics
 
 DESIGN_TOPICS = {"tenants", "shards", "schedules", "schedule-history", "state", "quota-demand"}
-TENANT_TOPICS = {"commands", "results", "versions", "dispatch", "dlq", "occurrence-events"}
+TENANT_TOPICS = {"commands", "results", "schedules", "versions", "dispatch", "dlq", "occurrence-events"}
 
 
 def test_every_design_topic_is_declared_per_environment() -> None:

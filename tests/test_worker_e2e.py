@@ -98,7 +98,7 @@ def _partition_of(settings: Settings, topic: str, sid: str) -> int:
 
     from scheduler.kafka.clients import consumer
 
-    c = consumer(settings.bootstrap_servers)
+    c = consumer(settings.kafka())
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
         deadline = time.monotonic() + 10
@@ -228,9 +228,11 @@ def test_a_running_handler_is_flagged_when_its_schedule_is_canceled(cluster: Set
 
 
 def test_versions_topic_missing_is_a_config_error(cluster: Settings) -> None:
+    from scheduler.access_admin import ensure_tenants
     from scheduler.worker import TopicMissingError, Worker
 
     add_tenant(cluster.tenants_file, Tenant(name="wk-notopics"))  # registered, topics never applied
+    ensure_tenants(cluster, ["wk-notopics"])  # its principal: the topics are what is missing
     w = Worker(cluster, tenant="wk-notopics", handlers={})
     with pytest.raises(TopicMissingError, match="ksched tenants add wk-notopics"):
         w.run()

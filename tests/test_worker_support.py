@@ -49,7 +49,7 @@ def send(
     settings: Settings, topic: str, records: Sequence[tuple[str, bytes | None]], partition: int | None = None
 ) -> None:
     """Produce ``(key, value)`` pairs in order (to ``partition`` when given) and wait for the acks."""
-    p = _producer(settings.bootstrap_servers)
+    p = _producer(settings.kafka())
     for key, value in records:
         if partition is None:
             p.produce(topic, value, key.encode())
@@ -76,7 +76,7 @@ def version(settings: Settings, tenant: str, sid: str, v: int | None, state: str
 
 def committed(settings: Settings, tenant: str, partition: int) -> int:
     """The worker group's committed offset of a dispatch partition (negative: none)."""
-    c = consumer(settings.bootstrap_servers, f"{settings.namespace}.worker.{tenant}")
+    c = consumer(settings.kafka(), f"{settings.namespace}.tenant.{tenant}.worker")
     try:
         tp = TopicPartition(topic_name(settings, "dispatch", tenant), partition)
         return int(c.committed([tp], 10)[0].offset)
@@ -97,7 +97,7 @@ class Reports:
     def __init__(self, settings: Settings, tenant: str) -> None:
         self.tenant = tenant
         self.all: list[AttemptReport] = []
-        self._c = consumer(settings.bootstrap_servers)
+        self._c = consumer(settings.kafka())
         topic = topic_name(settings, "commands", tenant)
         self._c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
 

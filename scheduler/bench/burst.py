@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import TopicPartition
 
 from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
+from scheduler.kafka.connection import KafkaConnection
 from scheduler.subprocesses import stop_all
 
 if TYPE_CHECKING:
@@ -65,10 +66,10 @@ def _baseline_records(n: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _plain_rate(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
+def _plain_rate(conn: KafkaConnection, topic: str, records: list[tuple[bytes, bytes]]) -> float:
     from scheduler.kafka.clients import producer
 
-    plain = producer(bootstrap)
+    plain = producer(conn)
     produce = plain.produce
     t0 = time.perf_counter()
     for key, value in records:
@@ -90,7 +91,7 @@ def _baseline(settings: Settings, admin: Any, base_topic: str, n: int) -> tuple[
     """
     from confluent_kafka.admin import NewTopic
 
-    bs = settings.bootstrap_servers
+    bs = settings.kafka()
     admin.create_topics([NewTopic(base_topic, settings.partitions, 1)])[base_topic].result(30)
     time.sleep(1)
     records = _baseline_records(n)
@@ -117,7 +118,7 @@ def _load(
     from scheduler.records import CommandResult, ScheduleCommand, ScheduleSpecRecord, decode, encode
     from scheduler.topology import topic_name
 
-    cmd_producer = producer(settings.bootstrap_servers)
+    cmd_producer = producer(settings.kafka())
     t_commands = [topic_name(settings, "commands", name) for name in names]
     nflex = int(n * flexible_share)
     t_load = time.perf_counter()
@@ -211,7 +212,7 @@ def _run(args: argparse.Namespace) -> int:
     names = [f"t{i}" for i in range(ntenants)]
     space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
     ns, env, settings, admin = space.name, space.env, space.settings, space.admin
-    bs = settings.bootstrap_servers
+    bs = settings.kafka()
 
     # 1. The baseline: a plain producer, same settings.
     plain_rate, plain_same_rate = _baseline(settings, admin, f"{ns}.baseline", n)

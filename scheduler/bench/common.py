@@ -50,7 +50,7 @@ def bench_namespace(tenants: list[Tenant], **env: str) -> BenchNamespace:
     settings = load_settings(env=full_env)
     for t in tenants:
         add_tenant(registry, t)
-    admin = admin_client(settings.bootstrap_servers)
+    admin = admin_client(settings.kafka())
     apply_all(settings)  # the topics, then the registry seeded from the namespace's seed file
     return BenchNamespace(name, folder, full_env, settings, admin)
 

@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         ScheduleSpec(kind="once", at=fired_at, timezone="UTC", handler="noop")
     )
     topic = topic_name(settings, "schedules")
-    prod = producer(settings.bootstrap_servers)
+    prod = producer(settings.kafka())
     for _ in range(n):
         sid = uuid.uuid4().hex
         value = encode(

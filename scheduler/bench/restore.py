@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         for i in range(max(1, args.distinct))
     ]
     now_ms = int(time.time() * 1000)
-    prod = producer(settings.bootstrap_servers)
+    prod = producer(settings.kafka())
     t0 = time.perf_counter()
     for i in range(n):
         sid = uuid.uuid4().hex

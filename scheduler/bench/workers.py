@@ -94,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         "KSCHED_BENCH_DB": str(db),
         "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
-    reports = consumer(settings.bootstrap_servers)
+    reports = consumer(settings.kafka())
     t_commands = topic_name(settings, "commands", "bw")
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
     proc = start_processor(env, 9473)
@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
         spec = ScheduleSpecRecord.from_domain(
             ScheduleSpec(kind="once", at=at, timezone="UTC", handler="noop")
         )
-        cmds = producer(settings.bootstrap_servers)
+        cmds = producer(settings.kafka())
         for _ in range(n):
             sid = uuid.uuid4().hex
             cmd = ScheduleCommand(

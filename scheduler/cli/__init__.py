@@ -45,11 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from scheduler.kafka.credentials import CredentialsError
+    from scheduler.kafka.errors import AccessError
     from scheduler.settings import SettingsError
 
     try:
         code: int = args.handler(args)
-    except (UsageError, SettingsError) as exc:
+    except (UsageError, SettingsError, CredentialsError, AccessError) as exc:
+        # one line naming the principal, the resource and the fix: never a client's stack of retries
         print(f"ksched: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

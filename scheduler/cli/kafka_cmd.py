@@ -54,6 +54,7 @@ def _broker(settings: Settings) -> LocalBroker:
             heap_mb=settings.kafka_heap_mb,
             cache_dir=settings.kafka_cache_dir,
             data_dir=settings.kafka_data_dir,
+            credentials_file=settings.credentials_path,
         )
     )
 
@@ -93,12 +94,24 @@ def _start(args: argparse.Namespace) -> int:
         st = broker.start(fresh=args.fresh, timeout_s=args.timeout)
     except LocalBrokerError as exc:
         return _fail(exc)
+    if broker.notice:
+        print(f"kafka: {broker.notice}", file=sys.stderr)
     took = time.monotonic() - t0
     if before.running and before.pid == st.pid:
         print(f"kafka: already running: Kafka {st.version} pid {st.pid} on {st.listener}")
     else:
         print(f"kafka: started Kafka {st.version} pid {st.pid} on {st.listener} in {took:.1f}s")
     print(f"kafka: data {st.data_dir}; logs: ksched kafka logs")
+    print(f"kafka: credentials (mode 0600, read by ksched itself) in {broker.credentials_file}")
+    from scheduler.access_admin import ensure_services
+    from scheduler.kafka.admin import AdminError
+
+    try:  # the service principals of this namespace and their ACLs (idempotent)
+        issued = ensure_services(settings)
+    except AdminError as exc:
+        return _fail(exc)
+    if issued:
+        print(f"kafka: created the service principal(s) {', '.join(issued)} and their ACLs")
     return 0
 
 
@@ -116,11 +129,13 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _external_status(bootstrap: str) -> dict[str, Any]:
+def _external_status(settings: Settings) -> dict[str, Any]:
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    from scheduler.kafka.admin import admin_client
+
+    bootstrap = settings.bootstrap
+    admin = admin_client(settings.kafka(), log_level=0)
     try:
         md = admin.list_topics(timeout=5)
     except KafkaException as exc:
@@ -144,7 +159,7 @@ def _external_status(bootstrap: str) -> dict[str, Any]:
 def _status(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings.bootstrap:
-        info = _external_status(settings.bootstrap)
+        info = _external_status(settings)
         if args.json:
             print(json.dumps(info))
         else:

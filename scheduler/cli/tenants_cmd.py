@@ -1,9 +1,14 @@
-"""``ksched tenants add | update | list | disable | enable | remove``: the tenant registry.
+"""``ksched tenants add | update | list | disable | enable | remove | rotate-credentials``.
 
 The registry is the compacted topic ``<namespace>.tenants``; every command reads it to its end
 and writes it (:mod:`scheduler.tenant_admin`). Running processors apply a change from their
 next loop iteration, no restart. The tenants file (setting ``tenants_file``) is only a seed:
 each write first copies into the topic the file's tenants the topic has never mentioned.
+
+Access (docs/security.md): ``add`` also gives the tenant its principal — a SCRAM credential with
+a random password and its ACLs — and hands the password out once (kept in the credentials file,
+written with ``--credentials-out``, else printed); ``rotate-credentials`` replaces the password;
+``remove`` deletes the principal's ACLs and credential.
 """
 
 from __future__ import annotations
@@ -36,6 +41,14 @@ def register(sub: Any) -> None:
             cmd.add_argument(f"--{q.replace('_', '-')}", dest=q, type=int, default=None, help=_QUOTA_HELP[q])
     a.add_argument("--no-topics", action="store_true",
                    help="only write the registry (its topics must exist before its first command)")
+    rot = tsub.add_parser(
+        "rotate-credentials", help="replace a tenant's Kafka password (the old one stops working)"
+    )
+    rot.add_argument("name")
+    rot.set_defaults(handler=_rotate)
+    for cmd in (a, rot):
+        cmd.add_argument("--credentials-out", metavar="FILE", default=None,
+                         help="write the tenant's Kafka settings (a KSCHED_CONFIG file) to FILE, mode 0600")
     a.set_defaults(handler=_add)
     u.set_defaults(handler=_update)
     for action, helptext, handler in (
@@ -129,7 +142,44 @@ def _add(args: argparse.Namespace) -> int:
         print_changes(changes, dry_run=False)
     _write(settings, table, args.name, Tenant(name=args.name, **quotas))
     print(f"tenant {args.name}: registered in {table_topic(settings)}")
+    from scheduler.access_admin import add_tenant
+
+    _hand_out(settings, args, add_tenant(settings, args.name))
     return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    from scheduler.access_admin import rotate_tenant
+
+    settings, table = _settings_and_table(args.name)
+    _registered(table, args.name)
+    _hand_out(settings, args, rotate_tenant(settings, args.name))
+    return 0
+
+
+def _hand_out(settings: Any, args: argparse.Namespace, issued: Any) -> None:
+    """Say where the new password is — once: the credentials file, ``--credentials-out``, or stdout."""
+    from pathlib import Path
+
+    from scheduler.kafka.credentials import write_secret_file
+
+    if issued is None:
+        print(f"tenant {args.name}: security_protocol {settings.security_protocol}: no credential to issue")
+        return
+    if args.credentials_out:
+        path = Path(args.credentials_out)
+        write_secret_file(path, "".join(f'{k} = "{v}"\n' for k, v in (
+            ("bootstrap", settings.bootstrap_servers), ("namespace", settings.namespace),
+            ("security_protocol", settings.security_protocol), ("sasl_mechanism", settings.sasl_mechanism),
+            ("sasl_username", issued.user), ("sasl_password", issued.password))))
+        print(f"tenant {args.name}: Kafka user {issued.user}; its settings are in {path} (mode 0600, "
+              f"use it as KSCHED_CONFIG)")
+    if issued.stored:
+        print(f"tenant {args.name}: Kafka user {issued.user}; password kept in {settings.credentials_path} "
+              "(mode 0600): its workers and SDK clients find it there")
+    elif not args.credentials_out:
+        print(f"tenant {args.name}: Kafka user {issued.user} password {issued.password} "
+              "(shown once: give it to the tenant; `ksched tenants rotate-credentials` issues a new one)")
 
 
 def _update(args: argparse.Namespace) -> int:
@@ -186,9 +236,13 @@ def _remove(args: argparse.Namespace) -> int:
             "cancel its schedules, then remove it"
         )
     _write(settings, table, args.name, None)
+    from scheduler.access_admin import remove_tenant
+
+    acls = remove_tenant(settings, args.name)
     print(f"tenant {args.name}: removed; its commands and results topics are deleted. Its dispatch, "
           "versions and DLQ topics are kept (delete them with your Kafka tools once their data is no "
           "longer needed)")
+    print(f"tenant {args.name}: its Kafka credential and {acls} ACLs are deleted")
     return 0
 
 

@@ -63,7 +63,7 @@ def _list(args: argparse.Namespace) -> int:
         plans = desired_topics(settings, current(settings).target)
     except TenantAdminError as exc:
         raise UsageError(str(exc)) from None
-    existing = admin_client(settings.bootstrap_servers).list_topics(timeout=10).topics
+    existing = admin_client(settings.kafka()).list_topics(timeout=10).topics
     for plan in plans:
         state = "present" if plan.name in existing else "missing"
         print(f"{plan.name:50} {plan.partitions:3}p  {state}")

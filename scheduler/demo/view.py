@@ -50,7 +50,7 @@ class LiveView:
         self.rows: OrderedDict[str, Row] = OrderedDict()
         self.totals: Counter[str] = Counter()
         self.lags: list[float] = []
-        self._c = consumer(settings.bootstrap_servers, None, **{"fetch.wait.max.ms": 100})
+        self._c = consumer(settings.kafka(), None, **{"fetch.wait.max.ms": 100})
         kinds = ("dispatch", "commands", "occurrence-events")
         topics = [topic_name(settings, kind, t) for kind in kinds for t in tenants]
         tps = [TopicPartition(t, p, since_ms) for t in topics for p in range(settings.partitions)]
@@ -59,11 +59,12 @@ class LiveView:
 
     def _group_reader(self, tenant: str) -> Consumer:
         return Consumer(
-            {
-                "bootstrap.servers": self.settings.bootstrap_servers,
-                "group.id": f"{self.settings.namespace}.worker.{tenant}",
-                "enable.auto.commit": False,
-            }
+            self.settings.kafka().config(
+                **{
+                    "group.id": f"{self.settings.namespace}.tenant.{tenant}.worker",
+                    "enable.auto.commit": False,
+                }
+            )
         )
 
     def close(self) -> None:

@@ -22,6 +22,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from scheduler.kafka.clients import check_login
+from scheduler.kafka.connection import KafkaConnection
+
 
 class TopicLike(Protocol):
     @property
@@ -55,8 +58,11 @@ class AdminError(RuntimeError):
     """An admin request failed; the message names the topic and the broker's error."""
 
 
-def admin_client(bootstrap: str, **extra: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, **extra})
+def admin_client(conn: KafkaConnection, **extra: Any) -> AdminClient:
+    """An AdminClient as ``conn``'s principal; its first use checks the login (fail fast)."""
+    if conn.principal:
+        check_login(conn)
+    return AdminClient(conn.config(**extra))
 
 
 def _wait(futures: Mapping[Any, Future[Any]], what: str) -> None:

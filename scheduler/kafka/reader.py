@@ -8,12 +8,17 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from scheduler.kafka.errors import denied, is_denial
+
 log = logging.getLogger("ksched.kafka.reader")
 
 
 def all_partitions(consumer: Consumer, topic: str, timeout_s: float = 10) -> list[TopicPartition]:
-    """Every partition of ``topic``; raises LookupError naming the topic if it does not exist."""
+    """Every partition of ``topic``; raises LookupError naming the topic if it does not exist,
+    :class:`~scheduler.kafka.errors.AccessDenied` if the principal may not see it."""
     meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is not None and is_denial(meta.error):
+        raise denied(getattr(consumer, "who", ""), meta.error, topic, "read")
     if meta is None or meta.error is not None or not meta.partitions:
         raise LookupError(f"topic {topic} does not exist: run `ksched topics apply`")
     return [TopicPartition(topic, p) for p in sorted(meta.partitions)]
@@ -40,6 +45,8 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30) ->
             return int(low), int(high)
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
+            if is_denial(err):
+                raise denied(getattr(consumer, "who", ""), err, tp.topic, "read") from None
             if err.code() not in _TRANSIENT or time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
@@ -85,6 +92,8 @@ def read_to_end(
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard((m.topic() or "", m.partition() or 0))
                         continue
+                    if is_denial(err):
+                        raise denied(getattr(consumer, "who", ""), err, m.topic() or "?", "read")
                     raise RuntimeError(f"restore of {m.topic()}[{m.partition()}]: {err}")
                 on_record(m)
                 n += 1

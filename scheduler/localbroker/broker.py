@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scheduler.localbroker.config import HOST, MAIN_CLASS, BrokerConfig
+from scheduler.kafka.connection import KafkaConnection, resolve
+from scheduler.kafka.credentials import CredentialsError
+from scheduler.localbroker.config import ADMIN_USER, HOST, MAIN_CLASS, MECHANISM, BrokerConfig
 from scheduler.localbroker.errors import LocalBrokerError
 from scheduler.localbroker.java import find_java
 from scheduler.localbroker.maven import JarCache
@@ -49,11 +51,11 @@ class BrokerStatus:
         }
 
 
-def _quiet_admin(bootstrap: str) -> Any:
+def _quiet_admin(conn: KafkaConnection) -> Any:
     from confluent_kafka.admin import AdminClient
 
     # log_level 0: connection-refused noise while the broker boots is expected, not news.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 3000})
+    return AdminClient(conn.config(log_level=0, **{"socket.timeout.ms": 3000}))
 
 
 class LocalBroker:
@@ -72,10 +74,21 @@ class LocalBroker:
         self.logs_dir = self.storage.logs_dir
         self.server_properties = self.storage.server_properties
         self.pid_file = self.data_dir / "broker.pid"
+        self.credentials_file = self.storage.credentials_file
+        # Set by start() when it had to do something the user should hear about (a reformat).
+        self.notice = ""
 
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.config.port}"
+
+    def connection(self, principal: str = ADMIN_USER) -> KafkaConnection:
+        """How a client connects to this broker as ``principal`` (default: the super user),
+        its password read from the credentials file. Raises ``CredentialsError`` without one."""
+        return resolve(
+            self.bootstrap, protocol="SASL_PLAINTEXT", mechanism=MECHANISM, username="", password="",
+            ssl_ca_location="", credentials_file=self.credentials_file, principal=principal,
+        )  # fmt: skip
 
     # ----------------------------------------------------------------- artifacts
 
@@ -129,7 +142,9 @@ class LocalBroker:
         from confluent_kafka import KafkaException
 
         try:
-            md = _quiet_admin(self.bootstrap).list_topics(timeout=timeout_s)
+            md = _quiet_admin(self.connection()).list_topics(timeout=timeout_s)
+        except CredentialsError as exc:
+            return [], str(exc)
         except KafkaException as exc:
             return [], str(exc.args[0] if exc.args else exc)
         if not md.brokers:
@@ -203,6 +218,9 @@ class LocalBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with locked(self.data_dir / ".lock"):
             pid = self._pid()
+            legacy = self.storage.unauthenticated()
+            if legacy and not fresh:
+                self.notice = self.storage.legacy_notice(pid)  # raises while its old broker runs
             if pid is not None and fresh:
                 self.stop()
                 pid = None
@@ -211,7 +229,7 @@ class LocalBroker:
             self._check_ports()
             java, _ = find_java()
             libs = self.ensure_artifacts()
-            if fresh:
+            if fresh or legacy:
                 self.storage.wipe()
             self.storage.check_formatted_ports()
             self.storage.write_config()

@@ -157,11 +157,13 @@ class Checkpoint:
         self._produce(self._registry.topics.of("results", tenant), value, rid.encode())
 
     def schedule_change(self, entry: Entry, kind: str, request_id: str, now: int) -> None:
-        """The schedules, history and versions records of an accepted change (or a completion)."""
+        """The schedules (the processors' and the tenant's copy), history and versions records of
+        an accepted change (or a completion)."""
         self._at(PRODUCE)
         topics, key = self._registry.topics, entry.schedule_id.encode()
         sched, hist, version = wire_state.encode_schedule_change(entry, kind, request_id, now)
         self._produce(topics.schedules, sched, key, self._p)
+        self._produce(topics.of("schedules", entry.tenant), sched, key, self._p)
         if hist is not None:
             self._produce(topics.history, hist, key, self._p)
         self._produce(topics.of("versions", entry.tenant), version, key, self._p)
@@ -207,6 +209,7 @@ class Checkpoint:
             # Tombstones: the compacted topics forget the schedule (the history topic keeps its story).
             key = entry.schedule_id.encode()
             self._produce(topics.schedules, None, key, p)
+            self._produce(topics.of("schedules", entry.tenant), None, key, p)
             self._produce(topics.of("versions", entry.tenant), None, key, p)
             self._produce(topics.state, None, key, p)
         producer.poll(0)

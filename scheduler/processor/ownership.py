@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from scheduler.kafka.clients import transactional_producer
+from scheduler.principals import as_processor
 from scheduler.processor.heap import Heap
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.restore import restore_shards
@@ -164,7 +165,7 @@ class Ownership:
         for tp in partitions:  # 1. fence
             p = tp.partition
             producers[p] = transactional_producer(
-                self.settings.bootstrap_servers,
+                as_processor(self.settings),
                 f"{self.settings.namespace}.processor.shard-{p}",
                 **{"transaction.timeout.ms": 30_000},
             )

@@ -24,6 +24,7 @@ from collections.abc import Container
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from scheduler.kafka.clients import consumer
+from scheduler.kafka.connection import KafkaConnection
 from scheduler.kafka.reader import all_partitions
 from scheduler.processor.shard import Shard
 from scheduler.processor.shares import Demand, ShareTable
@@ -63,9 +64,10 @@ def decode_demand(value: bytes) -> tuple[int, float, dict[str, Demand]]:
 class QuotaFeed:
     """The processor's :attr:`table`, fed from ``<namespace>.quota-demand``; one thread (the loop's)."""
 
-    def __init__(self, settings: Settings, owner: str) -> None:
+    def __init__(self, settings: Settings, owner: str, conn: KafkaConnection) -> None:
         self.settings = settings
         self.owner = owner
+        self.conn = conn  # the processor's principal: it reads and writes the topic
         self.topic = topic_name(settings, "quota-demand")
         self.table = ShareTable(settings.partitions)
         self._consumer: Consumer | None = None
@@ -75,7 +77,7 @@ class QuotaFeed:
         """Follow the topic from its start (compacted: one record per shard). Raises
         :class:`DemandTopicMissing` naming the fix when it does not exist: reports would fail
         every tick's transaction."""
-        c = consumer(self.settings.bootstrap_servers, None, **{
+        c = consumer(self.conn, None, **{
             "client.id": f"ksched-quota-demand-{self.owner}", "fetch.wait.max.ms": 100,
         })
         try:

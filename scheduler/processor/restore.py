@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from scheduler.kafka.clients import consumer_config
 from scheduler.kafka.reader import read_to_end
+from scheduler.principals import as_processor
 from scheduler.processor import wire_state
 from scheduler.processor.shard import Shard
 from scheduler.records import RecordDecodeError
@@ -40,8 +41,8 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
     t_state, t_schedules = topic_name(settings, "state"), topic_name(settings, "schedules")
     c = Consumer(
         consumer_config(
-            settings.bootstrap_servers,
-            f"{settings.namespace}.restore",  # never commits; assign() only
+            as_processor(settings),
+            f"{settings.namespace}.processor.restore",  # never commits; assign() only; in its ACLs
             **{
                 "enable.partition.eof": True,
                 # Prefetch enough to keep the decode loop busy, not whole partitions: what

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from scheduler.kafka.clients import consumer_config
+from scheduler.principals import as_processor
 from scheduler.processor import wire
 from scheduler.processor.checkpoint import Checkpoint, Checkpoints
 from scheduler.processor.failpoints import Failpoint, FailpointHook
@@ -61,7 +62,7 @@ class Processor:
         self.registry: TenantRegistry | None = None
         if tenants is None:
             tenants = {}
-            self.registry = TenantRegistry(settings, tenants)
+            self.registry = TenantRegistry(settings, tenants, conn=as_processor(settings))
         self.tenants = tenants
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
         self.tick_budget = settings.tick_budget if tick_budget is None else tick_budget
@@ -75,7 +76,8 @@ class Processor:
             settings, self.tenants, self.metrics, clock, self.heap, self.checkpoints.assert_none_open
         )
         self.inbox = Inbox(self.tenants, self.metrics, self.checkpoints.topics)
-        self.quotas = QuotaFeed(settings, self.instance_id)  # cluster-wide quotas: shards' demand
+        # Cluster-wide quotas: the shards' demand, shared through ksched.quota-demand.
+        self.quotas = QuotaFeed(settings, self.instance_id, as_processor(settings))
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
 
@@ -94,7 +96,7 @@ class Processor:
 
     def run(self) -> None:
         cfg = consumer_config(
-            self.settings.bootstrap_servers,
+            as_processor(self.settings),
             self.ownership.group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",

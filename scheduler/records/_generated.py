@@ -39,8 +39,8 @@ from scheduler.vocabulary import (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AttemptReport:
-    """Avro ``ksched.v1.AttemptReport``: A worker's report on one attempt of an occurrence, on
-    ksched.commands (keyed by schedule_id).
+    """Avro ``ksched.v1.AttemptReport``: A worker's report on one attempt of an occurrence, on the tenant's
+    ksched.commands.<tenant> (keyed by schedule_id).
     """
 
     AVRO_NAME: ClassVar[str] = "ksched.v1.AttemptReport"
@@ -75,8 +75,8 @@ class AttemptReport:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommandResult:
-    """Avro ``ksched.v1.CommandResult``: Outcome of one schedule command, on ksched.results keyed by
-    request_id.
+    """Avro ``ksched.v1.CommandResult``: Outcome of one schedule command, on the tenant's
+    ksched.results.<tenant> keyed by request_id.
     """
 
     AVRO_NAME: ClassVar[str] = "ksched.v1.CommandResult"
@@ -176,8 +176,8 @@ class Occurrence:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OccurrenceEvent:
-    """Avro ``ksched.v1.OccurrenceEvent``: A state transition of an occurrence, on ksched.occurrence-events
-    (keyed by schedule_id).
+    """Avro ``ksched.v1.OccurrenceEvent``: A state transition of an occurrence, on the tenant's
+    ksched.occurrence-events.<tenant> (keyed by schedule_id).
     """
 
     AVRO_NAME: ClassVar[str] = "ksched.v1.OccurrenceEvent"
@@ -244,8 +244,9 @@ class TenantDemand:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Schedule:
-    """Avro ``ksched.v1.Schedule``: Current state of a schedule: the compacted ksched.schedules value
-    (keyed by schedule_id).
+    """Avro ``ksched.v1.Schedule``: Current state of a schedule: the value of the compacted
+    ksched.schedules (the processors') and ksched.schedules.<tenant> (the tenant's copy), keyed by
+    schedule_id.
     """
 
     AVRO_NAME: ClassVar[str] = "ksched.v1.Schedule"
@@ -280,13 +281,14 @@ class Schedule:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScheduleCommand:
-    """Avro ``ksched.v1.ScheduleCommand``: A request to change a schedule, on ksched.commands (keyed by
-    schedule_id).
+    """Avro ``ksched.v1.ScheduleCommand``: A request to change a schedule, on the tenant's
+    ksched.commands.<tenant> (keyed by schedule_id).
     """
 
     AVRO_NAME: ClassVar[str] = "ksched.v1.ScheduleCommand"
 
-    # Caller-chosen unique id; the outcome is published on ksched.results under this key.
+    # Caller-chosen unique id; the outcome is published on the tenant's ksched.results.<tenant> under this
+    # key.
     request_id: str
     # Tenant the schedule belongs to.
     tenant: str

@@ -10,7 +10,7 @@
 >>> Worker(settings, tenant="demo", handlers=handlers).run()   # until stop() / SIGTERM
 
 What a worker does, per dispatch record of ``ksched.dispatch.<tenant>``
-(consumer group ``<namespace>.worker.<tenant>``, read_committed):
+(consumer group ``<namespace>.tenant.<tenant>.worker``, read_committed):
 
 1. decode it (a malformed record is logged, counted and skipped);
 2. recheck against the local view of ``ksched.versions.<tenant>``: a stale,

@@ -33,7 +33,7 @@ MIN_PREFETCH = 256  # consumed records kept locally (not started): a few KB each
 
 
 class Intake:
-    """One worker's membership in ``<namespace>.worker.<tenant>`` on its dispatch topic."""
+    """One worker's membership in ``<namespace>.tenant.<tenant>.worker`` on its dispatch topic."""
 
     def __init__(
         self, *, consumer: Consumer, producer: Producer, executor: Executor, metrics: WorkerMetrics,

@@ -9,6 +9,7 @@ on their own threads. The commit order is written once, in
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -20,6 +21,8 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from scheduler.kafka.clients import consumer_config, producer
+from scheduler.kafka.connection import KafkaConnection
+from scheduler.principals import as_tenant
 from scheduler.settings import Settings
 from scheduler.tenant_registry import RegistryMissing, read_registry, tenants_topic
 from scheduler.tenants import Tenant
@@ -86,7 +89,8 @@ class Worker:
         self.worker_id = worker_id or f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
         self.grace_s, self.heartbeat_s = grace_s, heartbeat_s
         self.metrics = metrics or WorkerMetrics(tenant)
-        self.group_id = f"{settings.namespace}.worker.{tenant}"
+        # Under the tenant's group prefix: the only group ids its ACLs allow (scheduler.access).
+        self.group_id = f"{settings.namespace}.tenant.{tenant}.worker"
         self.topic = topic_name(settings, "dispatch", tenant)
         self.view = VersionsView(settings, tenant, on_malformed=self._malformed_version)
         self._stop = threading.Event()
@@ -94,6 +98,12 @@ class Worker:
         self._ready = threading.Event()
         self._intake: Intake | None = None
         self._beats: Heartbeats | None = None
+
+    @functools.cached_property
+    def conn(self) -> KafkaConnection:
+        """The tenant's own principal (explicit ``sasl_username`` wins); its password is looked up
+        when the worker first connects, not when it is made."""
+        return as_tenant(self.settings, self.tenant)
 
     def _check_tenant(self, registry: Mapping[str, Tenant]) -> None:
         """The tenant must be registered and enabled; its ``max_running`` is the default concurrency."""
@@ -119,9 +129,10 @@ class Worker:
 
     def _read_registry(self) -> None:
         """At start, without injected tenants: the registry as it is now (the worker does not follow
-        it: a tenant disabled later keeps its running workers, which finish what was dispatched)."""
+        it: a tenant disabled later keeps its running workers, which finish what was dispatched).
+        Read as the worker's own principal (its tenant's ACLs allow reading the registry)."""
         try:
-            self._check_tenant(read_registry(self.settings).target)
+            self._check_tenant(read_registry(self.settings, conn=self.conn).target)
         except RegistryMissing as exc:
             raise WorkerConfigError(str(exc)) from None
 
@@ -190,7 +201,7 @@ class Worker:
 
     def _start_clients(self) -> Intake:
         client_id = f"ksched-worker-{self.worker_id}"
-        prod = producer(self.settings.bootstrap_servers, **{"client.id": client_id})
+        prod = producer(self.conn, **{"client.id": client_id})
         reporter = Reporter(prod, topic_name(self.settings, "commands", self.tenant), self.worker_id)
         self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
         executor = Executor(
@@ -198,7 +209,7 @@ class Worker:
             metrics=self.metrics, concurrency=self.concurrency, on_done=self._done,
         )
         cfg = consumer_config(
-            self.settings.bootstrap_servers,
+            self.conn,
             self.group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",

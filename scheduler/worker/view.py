@@ -52,6 +52,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from scheduler.kafka.clients import consumer
 from scheduler.kafka.reader import all_partitions
+from scheduler.principals import as_tenant
 from scheduler.records import RecordDecodeError, VersionRecord, decode_fields
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
@@ -158,7 +159,7 @@ class VersionsView:
 
         Raises :class:`TopicMissingError` when the topic does not exist."""
         c = consumer(
-            self._settings.bootstrap_servers,
+            as_tenant(self._settings, self.tenant),  # the tenant's own principal (docs/security.md)
             None,
             **{
                 "enable.partition.eof": True,  # how catching up to the end is detected

@@ -1,0 +1,106 @@
+"""Applying principals to a cluster: SCRAM credentials and ACLs through confluent-kafka's AdminClient.
+
+Knows Kafka and nothing of the domain: the caller passes bindings (anything with
+``principal``, ``resource_type``, ``pattern``, ``name``, ``operation`` as Kafka's names,
+e.g. :class:`scheduler.access.Binding`). Every call waits for the broker's answer and raises
+:class:`~scheduler.kafka.admin.AdminError` naming the user or binding and the broker's error.
+Creating an ACL that exists, or upserting a credential, is idempotent on the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+from scheduler.kafka.admin import AdminError
+
+SCRAM_ITERATIONS = 8192
+
+
+class BindingLike(Protocol):
+    @property
+    def principal(self) -> str: ...
+    @property
+    def resource_type(self) -> str: ...
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def operation(self) -> str: ...
+
+
+def _mechanism(name: str) -> ScramMechanism:
+    return ScramMechanism.SCRAM_SHA_256 if name == "SCRAM-SHA-256" else ScramMechanism.SCRAM_SHA_512
+
+
+def create_acls(admin: AdminClient, bindings: Iterable[BindingLike], timeout_s: float = 30) -> int:
+    """ALLOW each binding from any host; returns how many were sent (existing ones included)."""
+    wanted = list(bindings)
+    acls = [
+        AclBinding(b.resource_type, b.name, b.pattern, b.principal, "*", b.operation, "ALLOW")
+        for b in wanted
+    ]
+    if not acls:
+        return 0
+    futures = admin.create_acls(acls, request_timeout=timeout_s)
+    for b, acl in zip(wanted, acls, strict=True):
+        try:
+            futures[acl].result(timeout_s)
+        except KafkaException as exc:
+            raise AdminError(
+                f"create ACL {b.operation} on {b.resource_type} {b.name} ({b.pattern}) for "
+                f"{b.principal}: {exc.args[0]}"
+            ) from None
+    return len(acls)
+
+
+def delete_principal_acls(admin: AdminClient, principal: str, timeout_s: float = 30) -> int:
+    """Delete every ACL of ``principal`` (``User:NAME``); returns how many were deleted."""
+    # None matches any name and host (confluent-kafka's documented filter; its stubs say str).
+    flt = AclBindingFilter("ANY", None, "ANY", principal, None, "ANY", "ANY")  # type: ignore[arg-type]
+    deleted = 0
+    for fut in admin.delete_acls([flt], request_timeout=timeout_s).values():
+        try:
+            deleted += len(fut.result(timeout_s))
+        except KafkaException as exc:
+            raise AdminError(f"delete the ACLs of {principal}: {exc.args[0]}") from None
+    return deleted
+
+
+def upsert_scram(admin: AdminClient, user: str, password: str, mechanism: str = "SCRAM-SHA-512",
+                 timeout_s: float = 30) -> None:
+    """Create or replace ``user``'s SCRAM credential (the old password stops working)."""
+    info = ScramCredentialInfo(_mechanism(mechanism), SCRAM_ITERATIONS)
+    change = UserScramCredentialUpsertion(user, info, password.encode())
+    for name, fut in admin.alter_user_scram_credentials([change], request_timeout=timeout_s).items():
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            raise AdminError(f"set the SCRAM credential of user {name}: {exc.args[0]}") from None
+
+
+def delete_scram(
+    admin: AdminClient, user: str, mechanism: str = "SCRAM-SHA-512", timeout_s: float = 30
+) -> bool:
+    """Delete ``user``'s SCRAM credential; False when it had none."""
+    change = UserScramCredentialDeletion(user, _mechanism(mechanism))
+    for name, fut in admin.alter_user_scram_credentials([change], request_timeout=timeout_s).items():
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            if "RESOURCE_NOT_FOUND" in str(exc.args[0]) or "not found" in str(exc.args[0]).lower():
+                return False
+            raise AdminError(f"delete the SCRAM credential of user {name}: {exc.args[0]}") from None
+    return True
