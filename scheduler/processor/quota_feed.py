@@ -24,8 +24,8 @@ from collections.abc import Container
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from scheduler.kafka.clients import consumer
-from scheduler.kafka.connection import KafkaConnection
 from scheduler.kafka.reader import all_partitions
+from scheduler.principals import as_processor
 from scheduler.processor.shard import Shard
 from scheduler.processor.shares import Demand, ShareTable
 from scheduler.records import QuotaDemand, RecordDecodeError, TenantDemand, decode, encode
@@ -64,10 +64,9 @@ def decode_demand(value: bytes) -> tuple[int, float, dict[str, Demand]]:
 class QuotaFeed:
     """The processor's :attr:`table`, fed from ``<namespace>.quota-demand``; one thread (the loop's)."""
 
-    def __init__(self, settings: Settings, owner: str, conn: KafkaConnection) -> None:
+    def __init__(self, settings: Settings, owner: str) -> None:
         self.settings = settings
         self.owner = owner
-        self.conn = conn  # the processor's principal: it reads and writes the topic
         self.topic = topic_name(settings, "quota-demand")
         self.table = ShareTable(settings.partitions)
         self._consumer: Consumer | None = None
@@ -77,7 +76,9 @@ class QuotaFeed:
         """Follow the topic from its start (compacted: one record per shard). Raises
         :class:`DemandTopicMissing` naming the fix when it does not exist: reports would fail
         every tick's transaction."""
-        c = consumer(self.conn, None, **{
+        # As the processor's principal (it reads and writes the topic); its credentials are looked
+        # up here, not when the processor is built (a processor driven by hand never starts this).
+        c = consumer(as_processor(self.settings), None, **{
             "client.id": f"ksched-quota-demand-{self.owner}", "fetch.wait.max.ms": 100,
         })
         try:

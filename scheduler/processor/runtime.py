@@ -77,7 +77,7 @@ class Processor:
         )
         self.inbox = Inbox(self.tenants, self.metrics, self.checkpoints.topics)
         # Cluster-wide quotas: the shards' demand, shared through ksched.quota-demand.
-        self.quotas = QuotaFeed(settings, self.instance_id, as_processor(settings))
+        self.quotas = QuotaFeed(settings, self.instance_id)
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
 
