@@ -110,7 +110,7 @@ def processor_bindings(namespace: str) -> list[Binding]:
     out += _grant(p, TOPIC, PREFIXED, f"{ns}.{TENANT_INPUT}.", ("READ", "DESCRIBE"))
     for t in TENANT_OUTPUTS:
         out += _grant(p, TOPIC, PREFIXED, f"{ns}.{t}.", ("WRITE", "DESCRIBE"))
-    for t in ("schedules", "state", "schedule-history"):
+    for t in ("schedules", "state", "schedule-history", "quota-demand"):  # quota-demand: quota_feed.py
         out += _grant(p, TOPIC, LITERAL, f"{ns}.{t}", ("READ", "WRITE", "DESCRIBE"))
     out += _grant(p, TOPIC, LITERAL, f"{ns}.tenants", ("READ", "DESCRIBE"))
     out += _grant(p, GROUP, LITERAL, f"{ns}.processor", ("READ", "DESCRIBE"))

@@ -28,12 +28,16 @@ class TenantError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Tenant:
-    """A tenant and its quotas. Rates are per second; throttled work is delayed, never dropped."""
+    """A tenant and its quotas. Rates are per second; throttled work is delayed, never dropped.
+
+    Every quota is cluster-wide (docs/schedules.md); 0 means no limit for the rates and for
+    ``max_running`` (dispatched and not finished occurrences, all shards and workers together).
+    """
 
     name: str
     trigger_rate_per_s: int = 20_000
     catch_up_rate_per_s: int = 1_000
-    max_running: int = 64
+    max_running: int = 0  # occurrences in flight at once, cluster-wide; 0: no limit
     retry_budget_per_min: int = 600
     max_schedules: int = 1_000_000
     state: TenantState = TenantState.ACTIVE

@@ -8,7 +8,7 @@ from scheduler.settings import Settings
 from scheduler.tenants import Tenant, TenantError, add_tenant, load_tenants
 from scheduler.topology import desired_topics
 
-DESIGN_TOPICS = {"tenants", "shards", "schedules", "schedule-history", "state"}
+DESIGN_TOPICS = {"tenants", "shards", "schedules", "schedule-history", "state", "quota-demand"}
 TENANT_TOPICS = {"commands", "results", "schedules", "versions", "dispatch", "dlq", "occurrence-events"}
 
 
@@ -18,7 +18,9 @@ def test_every_design_topic_is_declared_per_environment() -> None:
     assert names == {f"ks.{t}" for t in DESIGN_TOPICS} | {
         f"ks.{t}.{x}" for t in TENANT_TOPICS for x in ("a", "b")
     }
-    assert {p.partitions for p in local if p.name != "ks.tenants"} == {6}
+    assert {p.partitions for p in local if p.name not in ("ks.tenants", "ks.quota-demand")} == {6}
+    demand = next(p for p in local if p.name == "ks.quota-demand")  # keyed by shard: one partition
+    assert demand.partitions == 1 and demand.configs["cleanup.policy"] == "compact"
     tenants = next(p for p in local if p.name == "ks.tenants")  # keyed by tenant name, not schedule
     assert tenants.partitions == 1 and tenants.configs["cleanup.policy"] == "compact"
     assert int(tenants.configs["delete.retention.ms"]) > 10 * 365 * 86_400_000  # tombstones stay

@@ -27,6 +27,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from scheduler.cli import UsageError
     from scheduler.processor.metrics import ProcessorMetrics
+    from scheduler.processor.quota_feed import DemandTopicMissing
     from scheduler.processor.runtime import Processor
     from scheduler.settings import load_settings
     from scheduler.tenant_registry import RegistryMissing
@@ -42,6 +43,6 @@ def _run(args: argparse.Namespace) -> int:
     proc.install_signal_handlers()
     try:
         proc.run()
-    except RegistryMissing as exc:
+    except (RegistryMissing, DemandTopicMissing) as exc:
         raise UsageError(str(exc)) from None
     return 0

@@ -20,7 +20,8 @@ from typing import Any
 _QUOTA_HELP = {
     "trigger_rate_per_s": "on-time occurrences emitted per second, cluster-wide (0: no limit)",
     "catch_up_rate_per_s": "late (catch-up) occurrences emitted per second, cluster-wide (0: no limit)",
-    "max_running": "handlers running at once per worker process (its default --concurrency)",
+    "max_running": "occurrences dispatched and not finished at once, cluster-wide (0: no limit); "
+    "also each worker's default --concurrency",
     "retry_budget_per_min": "retries emitted per minute, cluster-wide (0: no limit)",
     "max_schedules": "active or paused schedules the tenant may hold",
 }

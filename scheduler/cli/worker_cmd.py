@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--concurrency", type=int, default=None,
-        help="max handlers running at once (default: the tenant's max_running)",
+        help="max handlers running at once in this process (default: the tenant's max_running, else 64)",
     )
     p.add_argument("--worker-id", default=None, help="name in reports and logs (default host-pid-random)")
     p.add_argument(

@@ -102,6 +102,7 @@ class Attempts:
         # (schedule_id, oid, version, scheduled_for); persisted as ``queued`` until emitted.
         self.released: list[tuple[str, str, int, int]] = []
         self.retry_throttled: dict[str, int] = {}  # occurrence id -> since when the retry budget holds it
+        self.running: dict[str, int] = {}  # tracked, not retry-waiting, per tenant: max_running's count
 
     # -- emission ---------------------------------------------------------------
     def occupied(self, schedule_id: str) -> bool:
@@ -113,6 +114,14 @@ class Attempts:
         self.occupying[a.schedule_id] = a.occurrence_id
         self._unleased.append(a)
         self.dirty.add(a.schedule_id)
+
+    def dispatched(self, a: Attempt) -> None:
+        """A capped tenant's occurrence was emitted: tracked (not persisted: an ``ALLOW`` first
+        attempt) from now to its final report, under a start lease, so it counts against
+        ``max_running``. One already tracked (an overlap-tracked occurrence) is left as it is."""
+        if a.occurrence_id not in self.inflight:
+            self._add(a)
+            self._unleased.append(a)
 
     def queue_one(self, schedule_id: str, oid: str, version: int, scheduled_for: int) -> bool:
         """Hold one occurrence until the running one ends; False if one is already waiting."""
@@ -137,6 +146,8 @@ class Attempts:
 
     def reemitted(self, a: Attempt, now: int) -> None:
         """``a`` (attempt already incremented) was emitted again: its start lease begins."""
+        if a.retry_at is not None and self.inflight.get(a.occurrence_id) is a:
+            self.running[a.tenant] = self.running.get(a.tenant, 0) + 1
         a.retry_at = None
         a.token = None
         self.lease(a, now + self.start_lease_s)
@@ -187,6 +198,8 @@ class Attempts:
         heapq.heappush(self._leases, (lease_until, a.occurrence_id, a.attempt))
 
     def retry(self, a: Attempt, at: int, error_class: str | None, message: str | None) -> None:
+        if a.retry_at is None and self.inflight.get(a.occurrence_id) is a:
+            self._count(a.tenant, -1)
         a.retry_at = at
         a.token = None
         a.lease_until = None
@@ -253,11 +266,25 @@ class Attempts:
         return list(self._by_schedule.get(schedule_id, {}).values())
 
     def _add(self, a: Attempt) -> None:
+        old = self.inflight.get(a.occurrence_id)
+        if old is not None:
+            self._remove(old)
         self.inflight[a.occurrence_id] = a
         self._by_schedule.setdefault(a.schedule_id, {})[a.occurrence_id] = a
+        if a.retry_at is None:
+            self.running[a.tenant] = self.running.get(a.tenant, 0) + 1
+
+    def _count(self, tenant: str, delta: int) -> None:
+        n = self.running.get(tenant, 0) + delta
+        if n > 0:
+            self.running[tenant] = n
+        else:
+            self.running.pop(tenant, None)
 
     def _remove(self, a: Attempt) -> None:
-        self.inflight.pop(a.occurrence_id, None)
+        gone = self.inflight.pop(a.occurrence_id, None)
+        if gone is not None and gone.retry_at is None:
+            self._count(gone.tenant, -1)
         mine = self._by_schedule.get(a.schedule_id)
         if mine is not None:
             mine.pop(a.occurrence_id, None)

@@ -231,6 +231,13 @@ class Checkpoint:
             owned.last_state_write = self.clock
             self._wrote = True
 
+    def quota_demand(self, topic: str, key: bytes, value: bytes) -> None:
+        """The shard's demand per tenant (:mod:`scheduler.processor.quota_feed`), in the tick's
+        transaction: visible with the tick it reflects, never from a fenced owner."""
+        self._at(STATE)
+        self._produce(topic, value, key)
+        self._wrote = True
+
     # -- 4. send offsets ----------------------------------------------------------
     def send_offsets(self, consumer: Consumer) -> None:
         self._at(OFFSETS)

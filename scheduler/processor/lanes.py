@@ -36,7 +36,8 @@ class LaneQueue:
     """Due-time index for one (tenant, lane)."""
 
     __slots__ = (
-        "_buckets", "_heap", "_open", "_open_key", "_open_pos", "_sorted", "cursor", "throttled_from"
+        "_buckets", "_heap", "_open", "_open_key", "_open_pos", "_sorted", "cursor", "throttled_by",
+        "throttled_from",
     )
 
     def __init__(self, cursor: Cursor = START) -> None:
@@ -50,6 +51,7 @@ class LaneQueue:
         # Since when the tenant's quota has held this lane's due work back (None: it has not);
         # set and cleared by the shard's tick. Lateness is judged at this instant, not later.
         self.throttled_from: int | None = None
+        self.throttled_by = "trigger_rate_per_s"  # the quota that did (named in the ENQUEUED event)
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets.values())

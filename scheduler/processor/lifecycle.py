@@ -47,7 +47,7 @@ _invalid_logged: dict[int, tuple[float, int]] = {}  # shard id -> (last warning,
 
 class LifecycleContext(Protocol):
     """What the attempt lifecycle may see of its shard: the attempts it decides, the schedules
-    and tenants it reads, and the retry budget. It never arms, drops or counts schedules; the
+    and tenants it reads, the retry budget and ``max_running``. It never arms, drops or counts schedules; the
     shard store (:class:`scheduler.processor.store.ShardStore`) is one."""
 
     @property
@@ -61,7 +61,11 @@ class LifecycleContext(Protocol):
     @property
     def tenants(self) -> Mapping[str, Tenant]: ...
 
-    def retry_bucket(self, tenant: str, rate: float) -> TokenBucket: ...
+    def retry_bucket(self, tenant: str, rate: float, clock: float) -> TokenBucket: ...
+
+    def running_room(self, tenant: str, cap: int) -> int: ...
+
+    def took_running(self, tenant: str, n: int) -> None: ...
 
     def available(self, e: Entry, f: int) -> int: ...
 

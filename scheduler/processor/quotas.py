@@ -19,6 +19,19 @@ class TokenBucket:
             self._tokens = min(self.burst, self._tokens + (clock - self._last) * self.rate)
         self._last = clock if self._last is None or clock > self._last else self._last
 
+    def set_rate(self, rate: float, burst: int, clock: float) -> None:
+        """Change the rate (the shard's share moved) keeping the tokens banked, refilled at the
+        old rate up to ``clock`` and capped at the new ``burst``: a change never hands out a
+        fresh burst. From no limit (rate 0) the bucket starts full."""
+        if self.rate > 0:
+            self._refill(clock)
+            self._tokens = min(self._tokens, float(burst))
+        else:
+            self._tokens = float(burst)
+            self._last = clock
+        self.rate = rate
+        self.burst = burst
+
     def available(self, clock: float) -> int:
         if self.rate <= 0:
             return 1 << 62

@@ -87,15 +87,18 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
             at.retry(a, now + DISABLED_RECHECK_S, a.last_error_class, a.last_error_message)
             continue
         rate = quota.retry_budget_per_min / 60 if quota else 0
-        bucket = ctx.retry_bucket(a.tenant, rate)
-        if budget <= 0 or bucket.available(clock) < 1:
+        bucket = ctx.retry_bucket(a.tenant, rate, clock)
+        cap = quota.max_running if quota else 0
+        if budget <= 0 or bucket.available(clock) < 1 or (cap and ctx.running_room(a.tenant, cap) < 1):
             at.retry(a, now + 1, a.last_error_class, a.last_error_message)
-            if budget > 0:  # held back by the retry budget (not by the tick's): counted once, at emission
+            if budget > 0:  # held back by a quota (not by the tick's budget): counted once, at emission
                 ctx.attempts.retry_throttled.setdefault(a.occurrence_id, now)
             continue
         bucket.spend(1, clock)
         a.attempt += 1
         at.reemitted(a, now)
+        if cap:
+            ctx.took_running(a.tenant, 1)
         occ = DueOccurrence(
             a.schedule_id,
             a.tenant,
@@ -134,8 +137,9 @@ def _emit_released(ctx: LifecycleContext, budget: int, out: TickOutput) -> int:
         sid, oid, version, f = item = at.released.pop(0)
         e = ctx.entries.get(sid)
         quota = ctx.tenants.get(e.tenant) if e is not None else None
-        if quota is not None and not quota.active:
-            held.append(item)
+        cap = quota.max_running if quota is not None else 0
+        if quota is not None and (not quota.active or (cap and ctx.running_room(quota.name, cap) < 1)):
+            held.append(item)  # disabled, or at its max_running: it waits, never dropped
             continue
         at.queued.pop(sid, None)  # persisted until now: a crash before this re-derives the release
         at.dirty.add(sid)
@@ -146,6 +150,8 @@ def _emit_released(ctx: LifecycleContext, budget: int, out: TickOutput) -> int:
             out.events.append(Event(oid, sid, e.tenant, version, f, OccurrenceState.CANCELED, why, 1))
             continue
         at.occupy(Attempt(oid, sid, e.tenant, version, f, 1))
+        if cap:
+            ctx.took_running(e.tenant, 1)
         out.dispatch.append(
             DueOccurrence(
                 sid, e.tenant, version, f, ctx.available(e, f), int(e.lane), e.base.handler, e.payload

@@ -29,6 +29,7 @@ from scheduler.processor.heap import Heap
 from scheduler.processor.inbox import Inbox
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.ownership import Loss, OwnedShard, Ownership
+from scheduler.processor.quota_feed import QuotaFeed, demand_key
 from scheduler.settings import Settings
 from scheduler.tenant_registry import TenantRegistry
 from scheduler.tenants import Tenant
@@ -75,6 +76,8 @@ class Processor:
             settings, self.tenants, self.metrics, clock, self.heap, self.checkpoints.assert_none_open
         )
         self.inbox = Inbox(self.tenants, self.metrics, self.checkpoints.topics)
+        # Cluster-wide quotas: the shards' demand, shared through ksched.quota-demand.
+        self.quotas = QuotaFeed(settings, self.instance_id)
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
 
@@ -106,8 +109,13 @@ class Processor:
             },
         )
         self._warn_short_retention()
+        self.quotas.start()  # raises DemandTopicMissing before anything else is opened
         if self.registry is not None:
-            self.registry.start()  # the whole registry before the first shard: no command races it
+            try:
+                self.registry.start()  # the whole registry before the first shard: no command races it
+            except BaseException:
+                self.quotas.close()
+                raise
         self.consumer = Consumer(cfg)
         self.ownership.join(self.consumer)
         log.info("processor %s joined group %s", self.instance_id, self.ownership.group_id)
@@ -121,6 +129,7 @@ class Processor:
             self.consumer.close()
             if self.registry is not None:
                 self.registry.close()
+            self.quotas.close()
             log.info("processor %s stopped", self.instance_id)
 
     def _warn_short_retention(self) -> None:
@@ -144,6 +153,7 @@ class Processor:
         if self.registry is not None:
             self.registry.poll()  # never blocks; a change is in force for this iteration's ticks
         self.ownership.follow_tenants()  # a new tenant's commands are read from this poll on
+        self.quotas.poll(self.owned, self.clock())  # never blocks: the other shards' demand
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in self._poll(self._prepare_ahead(self._poll_timeout())):
             err = m.error()
@@ -215,8 +225,12 @@ class Processor:
             for m in msgs:  # 2. the commands and reports
                 if self.inbox.take(owned.shard, cp, m, now):
                     owned.rebuild = True
+            self.quotas.attach(owned.shard)
             cp.due(owned.shard.due(now, self.tick_budget, clock))  # 2. the occurrences now due
             cp.write_state()  # 3
+            p = owned.partition.partition
+            if (demand := self.quotas.report(p, clock)) is not None:  # 3. about once a second
+                cp.quota_demand(self.quotas.topic, demand_key(p), demand)
             cp.send_offsets(self.consumer)  # 4
             return cp if cp.commit() else None  # 5
         except KafkaException as exc:

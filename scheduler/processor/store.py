@@ -27,8 +27,10 @@ from scheduler.domain import available_at
 from scheduler.processor.attempts import Attempt, Attempts, attempt_event, persisted_running
 from scheduler.processor.lanes import Cursor, LaneQueue
 from scheduler.processor.model import ACTIVE, COMPLETED, PAUSED, TERMINAL, DueOccurrence, Entry, Event
+from scheduler.processor.quota_gate import QuotaGate
 from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.recent import Applied, recent_requests
+from scheduler.processor.shares import RETRY, TRIGGER
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import Lane, OccurrenceState
 
@@ -84,6 +86,7 @@ class ShardStore:
         self.trigger_buckets: dict[str, TokenBucket] = {}
         self.catch_up_buckets: dict[str, TokenBucket] = {}
         self.retry_buckets: dict[str, TokenBucket] = {}
+        self.gate = QuotaGate(shard_id, partitions)  # the shard's part of the cluster-wide quotas
         self._finished: list[tuple[int, str]] = []  # heap of (finished_at, schedule_id): purge order
         self._prep: Iterator[Entry] | None = None
 
@@ -259,19 +262,26 @@ class ShardStore:
             events.append(attempt_event(a, state, reason))
         return events
 
-    # -- quotas -------------------------------------------------------------------
-    def bucket(self, buckets: dict[str, TokenBucket], tenant: str, rate: float) -> TokenBucket:
-        """The shard's token bucket for ``tenant`` in ``buckets``, at this shard's share of the
-        tenant's cluster-wide ``rate``: ``rate / partitions`` (docs/schedules.md, quotas)."""
-        share = rate / self.partitions
-        b = buckets.get(tenant)
-        if b is None or b.rate != share:
-            b = TokenBucket(share, burst=max(int(share), 1))
-            buckets[tenant] = b
-        return b
+    # -- quotas (the shard's part of each cluster-wide quota: quota_gate.py) ---------------
+    def bucket(
+        self, buckets: dict[str, TokenBucket], tenant: str, rate: float, clock: float, kind: int = TRIGGER
+    ) -> TokenBucket:
+        return self.gate.bucket(buckets, tenant, rate, clock, kind)
 
-    def retry_bucket(self, tenant: str, rate: float) -> TokenBucket:
-        return self.bucket(self.retry_buckets, tenant, rate)
+    def retry_bucket(self, tenant: str, rate: float, clock: float) -> TokenBucket:
+        return self.gate.bucket(self.retry_buckets, tenant, rate, clock, RETRY)
+
+    def begin_quotas(self, now: int, clock: float) -> None:
+        self.gate.begin_tick(self.tenants, self.queues, self.catch_up, self.attempts, now, clock)
+
+    def running_room(self, tenant: str, cap: int) -> int:
+        return self.gate.room(tenant, cap, self.attempts.running.get(tenant, 0))
+
+    def took_running(self, tenant: str, n: int) -> None:
+        self.gate.took(tenant, n)
+
+    def track_dispatched(self, dispatch: list[DueOccurrence], start: int) -> None:
+        self.gate.dispatched(self.attempts, dispatch, start)
 
     def catch_up_wait_s(self, clock: float) -> float | None:
         """Seconds until pending catch-up work may be emitted (its tenant's catch-up rate);

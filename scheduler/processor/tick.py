@@ -16,8 +16,8 @@ from scheduler.domain.fire import fire_at
 from scheduler.processor.lanes import LaneQueue
 from scheduler.processor.model import ACTIVE, DueOccurrence, Entry, Event
 from scheduler.processor.outputs import TickOutput
-from scheduler.processor.quotas import TokenBucket
 from scheduler.processor.retry_lane import admit, emit_retries
+from scheduler.processor.shares import CATCH_UP
 from scheduler.processor.store import ShardStore
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import Lane, Misfire, OccurrenceState, Overlap
@@ -39,6 +39,7 @@ def due(store: ShardStore, now: int, budget: int, clock: float) -> TickOutput:
     so waiting for one's own quota never turns an occurrence MISSED.
     """
     store.ticked_at = now
+    store.begin_quotas(now, clock)  # the shard's demand out, its shares of the quotas in: once a tick
     out = TickOutput()
     tenants = sorted({t for t, _ in store.queues} | set(store.catch_up))
     stopped = {t: why for t in tenants if (why := stopped_reason(t, store.tenants.get(t))) is not None}
@@ -103,36 +104,50 @@ def _miss_stopped(store: ShardStore, tenant: str, why: str, now: int, budget: in
 def _emit_lane(
     store: ShardStore, lane: Lane, tenants: list[str], now: int, budget: int, clock: float, out: TickOutput
 ) -> int:
-    """One on-time lane, round-robin over its tenants within their trigger rate; returns the
-    budget left."""
+    """One on-time lane, round-robin over its tenants within their trigger rate and
+    ``max_running``; returns the budget left."""
     active = [t for t in tenants if (t, lane) in store.queues]
     while budget > 0 and active:
         share = max(1, budget // len(active))
         still: list[str] = []
         for tenant in active:
             quota = store.tenants.get(tenant)
-            bucket = store.bucket(store.trigger_buckets, tenant, quota.trigger_rate_per_s if quota else 0)
+            rate = quota.trigger_rate_per_s if quota else 0
+            bucket = store.bucket(store.trigger_buckets, tenant, rate, clock)
+            cap = quota.max_running if quota else 0
             q = store.queues[(tenant, lane)]
-            allowed = min(share, budget, bucket.available(clock))
+            tokens = bucket.available(clock)
+            slots = store.running_room(tenant, cap) if cap else tokens
+            allowed = min(share, budget, tokens, slots)
             taken = q.take(now, allowed) if allowed > 0 else []
             if taken:
-                bucket.spend(fire(store, taken, now, out, q.throttled_from), clock)
+                start = len(out.dispatch)
+                emitted = fire(store, taken, now, out, q.throttled_from, q.throttled_by)
+                bucket.spend(emitted, clock)
+                tokens = bucket.available(clock)
+                if cap:
+                    store.track_dispatched(out.dispatch, start)
+                    slots = store.running_room(tenant, cap)
+                else:
+                    slots = tokens
                 budget -= len(taken)
-            if _still_due(q, now, bucket, clock) and taken:
+            if _still_due(q, now, min(tokens, slots), "max_running" if slots < tokens else None) and taken:
                 still.append(tenant)
         active = still
     return budget
 
 
-def _still_due(q: LaneQueue, now: int, bucket: TokenBucket, clock: float) -> bool:
-    """Update the lane's ``throttled_from``; True when it has work due that the quota allows."""
+def _still_due(q: LaneQueue, now: int, room: int, by: str | None) -> bool:
+    """Update the lane's ``throttled_from``; True when it has work due that the quotas allow
+    (``room``: what they still allow this tick; ``by``: the quota that binds, None: the rate)."""
     nd = q.next_due()
     if nd is None or nd > now:
         q.throttled_from = None
         return False
-    if bucket.available(clock) <= 0:
+    if room <= 0:
         if q.throttled_from is None:
             q.throttled_from = now
+            q.throttled_by = by or "trigger_rate_per_s"
         return False
     return True
 
@@ -140,7 +155,8 @@ def _still_due(q: LaneQueue, now: int, bucket: TokenBucket, clock: float) -> boo
 def _emit_catch_up(
     store: ShardStore, tenant: str, now: int, budget: int, clock: float, out: TickOutput
 ) -> int:
-    """The tenant's catch-up backlog within its catch-up rate; returns the budget left."""
+    """The tenant's catch-up backlog within its catch-up rate and ``max_running``; returns the
+    budget left."""
     cq = store.catch_up.get(tenant)
     if not cq:
         store.catch_up_throttled.pop(tenant, None)
@@ -148,10 +164,15 @@ def _emit_catch_up(
     if budget <= 0:
         return budget
     quota = store.tenants.get(tenant)
-    bucket = store.bucket(store.catch_up_buckets, tenant, quota.catch_up_rate_per_s if quota else 0)
+    rate = quota.catch_up_rate_per_s if quota else 0
+    bucket = store.bucket(store.catch_up_buckets, tenant, rate, clock, CATCH_UP)
     tokens = bucket.available(clock)
+    cap = quota.max_running if quota else 0
+    if cap:
+        tokens = min(tokens, store.running_room(tenant, cap))
     n = min(budget, tokens, len(cq))
     since = store.catch_up_throttled.get(tenant)
+    start = len(out.dispatch)
     for _ in range(n):
         occ = cq.popleft()
         out.dispatch.append(occ)
@@ -159,18 +180,21 @@ def _emit_catch_up(
         if since is not None and now > since:
             out.throttled_by(occ, now - since, "catch_up_rate_per_s")
     bucket.spend(n, clock)
+    if cap:
+        store.track_dispatched(out.dispatch, start)
     if cq and n == tokens and since is None:
         store.catch_up_throttled[tenant] = now  # held back by the quota, not the tick budget
     return budget - n
 
 
 def fire(
-    store: ShardStore, taken: Iterable[object], now: int, out: TickOutput, throttled_from: int | None
+    store: ShardStore, taken: Iterable[object], now: int, out: TickOutput, throttled_from: int | None,
+    quota: str = "trigger_rate_per_s",
 ) -> int:
     """Give each taken entry its fate and re-arm it; returns the number emitted on time.
 
     Lateness is measured at ``throttled_from`` when the lane has been held back by its
-    tenant's quota since then (time spent throttled is not a misfire), else at ``now``.
+    tenant's ``quota`` since then (time spent throttled is not a misfire), else at ``now``.
     """
     emitted = 0
     ref = now if throttled_from is None else min(now, throttled_from)
@@ -193,7 +217,7 @@ def fire(
             out.dispatch.append(occ)
             emitted += 1
             if throttled_from is not None and now > max(avail, throttled_from):
-                out.throttled_by(occ, now - max(avail, throttled_from), "trigger_rate_per_s")
+                out.throttled_by(occ, now - max(avail, throttled_from), quota)
             nxt = e.compiled.next_after_epoch(f)
         _rearm(store, e, nxt, now, out)
     return emitted

@@ -203,6 +203,46 @@ class OccurrenceEvent:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class QuotaDemand:
+    """Avro ``ksched.v1.QuotaDemand``: One shard's demand per tenant on ksched.quota-demand (compacted, key
+    'shard:<p>'), written by the shard's owner in its tick's transaction about once a second; every
+    processor follows the topic and splits each tenant's cluster-wide quotas over the shards by it
+    (docs/schedules.md, quotas).
+    """
+
+    AVRO_NAME: ClassVar[str] = "ksched.v1.QuotaDemand"
+
+    # Partition number p.
+    shard: int
+    # Instance id of the processor that wrote it (for operators).
+    owner: str
+    # Wall-clock time of the tick that wrote it (epoch ms UTC); readers age a report by when they read it.
+    at_ms: int
+    # The tenants with any demand on the shard; a tenant absent has none.
+    tenants: tuple[TenantDemand, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TenantDemand:
+    """Avro ``ksched.v1.TenantDemand``: One tenant's demand on the shard."""
+
+    AVRO_NAME: ClassVar[str] = "ksched.v1.TenantDemand"
+
+    # Tenant name.
+    tenant: str
+    # On-time (strict, flexible) occurrences due and not yet emitted.
+    trigger: int
+    # Late occurrences waiting on the catch-up lane.
+    catch_up: int
+    # Due retries held back by the retry budget.
+    retry: int
+    # Occurrences dispatched and not finished, as the shard tracks them.
+    running: int
+    # Slots of the tenant's max_running the shard holds (at least running).
+    claim: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Schedule:
     """Avro ``ksched.v1.Schedule``: Current state of a schedule: the value of the compacted
     ksched.schedules (the processors') and ksched.schedules.<tenant> (the tenant's copy), keyed by
@@ -518,7 +558,8 @@ class TenantRecord:
     trigger_rate_per_s: int
     # Late (catch-up) occurrences emitted per second, across all shards; 0: no limit.
     catch_up_rate_per_s: int
-    # Handlers running at once in one worker process of the tenant (its default concurrency).
+    # Occurrences dispatched and not finished at once, across all shards and worker processes (also each
+    # worker's default concurrency); 0: no limit.
     max_running: int
     # Retries emitted per minute, across all shards; 0: no limit.
     retry_budget_per_min: int
@@ -554,18 +595,20 @@ class VersionRecord:
 
 
 Record = (
-    AttemptReport | CommandResult | DlqEntry | Occurrence | OccurrenceEvent | Schedule | ScheduleCommand |
-    ScheduleHistoryEntry | ScheduleRuntime | ShardState | TenantRecord | VersionRecord
+    AttemptReport | CommandResult | DlqEntry | Occurrence | OccurrenceEvent | QuotaDemand | Schedule |
+    ScheduleCommand | ScheduleHistoryEntry | ScheduleRuntime | ShardState | TenantRecord | VersionRecord
 )
 """Any top-level record (one that travels on its own, single-object encoded)."""
 
 TOP_LEVEL: tuple[type[Record], ...] = (
-    AttemptReport, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, Schedule, ScheduleCommand,
-    ScheduleHistoryEntry, ScheduleRuntime, ShardState, TenantRecord, VersionRecord,
+    AttemptReport, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, QuotaDemand, Schedule,
+    ScheduleCommand, ScheduleHistoryEntry, ScheduleRuntime, ShardState, TenantRecord, VersionRecord,
 )
 NESTED: tuple[type[
-    RunningAttempt | RetryTimer | QueuedOccurrence | FinishedAttempt | ScheduleSpecRecord | LaneCursor
+    TenantDemand | RunningAttempt | RetryTimer | QueuedOccurrence | FinishedAttempt | ScheduleSpecRecord |
+    LaneCursor
 ], ...] = (
-    RunningAttempt, RetryTimer, QueuedOccurrence, FinishedAttempt, ScheduleSpecRecord, LaneCursor,
+    TenantDemand, RunningAttempt, RetryTimer, QueuedOccurrence, FinishedAttempt, ScheduleSpecRecord,
+    LaneCursor,
 )
 """The records that travel only inside another one."""

@@ -24,6 +24,7 @@ from scheduler.records._generated import (
     Occurrence,
     OccurrenceEvent,
     QueuedOccurrence,
+    QuotaDemand,
     Record,
     RetryTimer,
     RunningAttempt,
@@ -33,6 +34,7 @@ from scheduler.records._generated import (
     ScheduleRuntime,
     ScheduleSpecRecord,
     ShardState,
+    TenantDemand,
     TenantRecord,
     VersionRecord,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "Occurrence",
     "OccurrenceEvent",
     "QueuedOccurrence",
+    "QuotaDemand",
     "Record",
     "RetryTimer",
     "RunningAttempt",
@@ -60,6 +63,7 @@ __all__ = [
     "ScheduleRuntime",
     "ScheduleSpecRecord",
     "ShardState",
+    "TenantDemand",
     "TenantRecord",
     "VersionRecord",
 ]

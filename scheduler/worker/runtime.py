@@ -36,13 +36,15 @@ from scheduler.worker.reports import Heartbeats, Reporter
 from scheduler.worker.view import VersionsView, partitions_of
 
 log = logging.getLogger("ksched.worker")
+DEFAULT_CONCURRENCY = 64  # handlers per process when neither --concurrency nor max_running says
 
 
 class Worker:
     """Runs ``handlers`` for ``tenant``'s occurrences until :meth:`stop` (or SIGTERM/SIGINT).
 
-    ``concurrency`` (default: the tenant's ``max_running``) bounds the handlers
-    running at once in this process. ``grace_s`` is how long a stop or a
+    ``concurrency`` (default: the tenant's ``max_running``, or :data:`DEFAULT_CONCURRENCY`
+    when it sets none) bounds the handlers running at once in this process: a local bound;
+    the cluster-wide ``max_running`` is the processor's, at dispatch. ``grace_s`` is how long a stop or a
     partition revocation waits for running handlers before leaving their
     offsets uncommitted (redelivered elsewhere). ``heartbeat_s`` must stay well
     below the processor's lease (setting ``lease_s``). Raises
@@ -117,7 +119,8 @@ class Worker:
                 f"tenant {self.tenant!r} is disabled: its schedules do not fire; enable it with "
                 f"`ksched tenants enable {self.tenant}`, then start the worker"
             )
-        self.concurrency = self._concurrency if self._concurrency is not None else t.max_running
+        default = t.max_running or DEFAULT_CONCURRENCY
+        self.concurrency = self._concurrency if self._concurrency is not None else default
         if self.concurrency < 1:
             raise WorkerConfigError(
                 f"concurrency = {self.concurrency} (tenant {self.tenant}'s max_running): must be at least 1; "
