@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from test_access_e2e import _logs_in
 from test_attempts_e2e import Running
 from test_hostile_records import once
 
@@ -218,3 +219,47 @@ def test_alphas_attacks_on_bravo_are_refused_and_bravo_fires_on_time(
     for t in ("alpha", "bravo"):
         assert _read_all(settings, f"{ns}.dlq.{t}", DlqEntry, 0.5) == []
     assert proc.metrics.reports_ignored.labels(kind="FAILED")._value.get() >= 2
+
+
+def test_rotating_credentials_loses_no_occurrence(attacked: tuple[Settings, Processor]) -> None:
+    """bravo's password is rotated while its occurrences fire and its worker runs them: the old
+    password stops working, a worker restarted with the new one goes on, and every occurrence
+    runs exactly once (nothing lost, nothing doubled)."""
+    from scheduler.worker import Context, Worker
+
+    settings, _ = attacked
+    ran: list[str] = []
+
+    def handler(ctx: Context) -> None:
+        ran.append(ctx.occurrence_id)
+
+    def worker() -> Running:
+        w = Worker(settings, tenant="bravo", handlers={"h": handler}, grace_s=1, heartbeat_s=0.5)
+        r = Running(w)
+        assert w.wait_ready(60)
+        return r
+
+    due = int(time.time()) + 8
+    with SchedulerClient(settings, tenant="bravo", timeout_s=60) as c:
+        ids = [c.create("bravo", once(due + 3 * i), key=f"rot-{i}").schedule_id for i in range(5)]
+    expected = {occurrence_id(sid, 1, due + 3 * i) for i, sid in enumerate(ids)}
+    old = as_tenant(settings, "bravo")
+    first = worker()
+    try:
+        while len(set(ran) & expected) < 2:  # the rotation lands mid-stream
+            assert time.time() < due + 30, f"ran only {ran}"
+            time.sleep(0.2)
+        assert main(["tenants", "rotate-credentials", "bravo"]) == 0
+    finally:
+        first.stop()
+    new = as_tenant(settings, "bravo")
+    assert new.security["sasl.password"] != old.security["sasl.password"]
+    second = worker()  # reads the new password from the credentials file
+    try:
+        deadline = time.monotonic() + 60
+        while not expected <= set(ran) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        second.stop()
+    assert sorted(o for o in ran if o in expected) == sorted(expected)  # each once
+    assert not _logs_in(old) and _logs_in(new)  # the broker refuses the old password
