@@ -53,7 +53,10 @@ def kafka_bootstrap() -> Iterator[str]:
     )
     was_running = broker.status().running
     try:
-        broker.start()
+        # A broker this session starts starts from empty storage: test data is disposable, and a
+        # restart on a data dir a whole suite has run against was seen to refuse the admin's
+        # password (an open bug, docs/decisions.md); one left running (KSCHED_TEST_KEEP_KAFKA) is reused.
+        broker.start(fresh=not was_running)
     except LocalBrokerError as exc:
         pytest.fail(f"the test Kafka broker could not start: {exc}", pytrace=False)
     _BROKER_ENV.update(
