@@ -6,7 +6,6 @@ typed exceptions), quickly."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,8 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AclBinding, AclBindingFilter, NewTopic
+from namespaces import own_namespace
 
-from scheduler.access_admin import forget_namespace
 from scheduler.cli import main
 from scheduler.client import AccessDenied, AccessError, AuthenticationFailed, SchedulerClient
 from scheduler.domain import ScheduleSpec
@@ -39,14 +38,7 @@ def cluster(kafka_settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
     with its principal and ACLs; every per-tenant topic exists (commands and results too, whichever
     topology the topics file declares, so the test pins the names). The CLI sees it through the
     environment for the module."""
-    settings = kafka_settings.replace(
-        namespace=f"{kafka_settings.namespace}-acl",
-        tenants_file=tmp_path_factory.mktemp("acl") / "tenants.toml",
-    )
-    env = {"KSCHED_NAMESPACE": settings.namespace, "KSCHED_TENANTS_FILE": str(settings.tenants_file)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with own_namespace(kafka_settings, "acl", tmp_path_factory.mktemp("acl") / "tenants.toml") as settings:
         for t in TENANTS:
             assert main(["tenants", "add", t]) == 0
         ns = settings.namespace
@@ -58,18 +50,6 @@ def cluster(kafka_settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
             for f in admin.create_topics(new, operation_timeout=30).values():
                 f.result(60)
         yield settings
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        admin = admin_client(as_admin(settings))
-        doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
-        if doomed:
-            for f in admin.delete_topics(doomed, operation_timeout=30).values():
-                f.result(60)
-        forget_namespace(settings)
 
 
 def _code(exc: BaseException) -> int:

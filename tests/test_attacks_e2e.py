@@ -5,22 +5,20 @@ dispatch topic throughout."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from namespaces import own_namespace
 from test_access_e2e import _logs_in
 from test_attempts_e2e import Running
 from test_hostile_records import once
 
-from scheduler.access_admin import forget_namespace
 from scheduler.cli import main
 from scheduler.client import AccessDenied, SchedulerClient
 from scheduler.domain import occurrence_id, schedule_id_for
-from scheduler.kafka.admin import admin_client
 from scheduler.kafka.clients import consumer, consumer_config, producer
 from scheduler.principals import as_admin, as_tenant
 from scheduler.processor.runtime import Processor
@@ -46,37 +44,19 @@ def attacked(
 ) -> Iterator[tuple[Settings, Processor]]:
     """A namespace with tenants alpha and bravo (principals, ACLs, topics) and a processor that
     follows the registry as the processor principal."""
-    settings = kafka_settings.replace(
-        namespace=f"{kafka_settings.namespace}-atk", tick_interval_ms=50,
-        tenants_file=tmp_path_factory.mktemp("atk") / "tenants.toml",
-    )
-    env = {"KSCHED_NAMESPACE": settings.namespace, "KSCHED_TENANTS_FILE": str(settings.tenants_file)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    running = None
-    try:
+    tenants_file = tmp_path_factory.mktemp("atk") / "tenants.toml"
+    with own_namespace(kafka_settings, "atk", tenants_file, tick_interval_ms=50) as settings:
         assert main(["topics", "apply"]) == 0
         for t in ("alpha", "bravo"):
             assert main(["tenants", "add", t]) == 0
         proc = Processor(settings)
         running = Running(proc)
-        with SchedulerClient(settings, tenant="bravo", timeout_s=60) as c:  # answered: shards owned
-            c.create("bravo", once(int(time.time()) + 86_400), key="warm-up")
-        yield settings, proc
-    finally:
-        if running is not None:
+        try:
+            with SchedulerClient(settings, tenant="bravo", timeout_s=60) as c:  # answered: shards owned
+                c.create("bravo", once(int(time.time()) + 86_400), key="warm-up")
+            yield settings, proc
+        finally:
             running.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        admin = admin_client(as_admin(settings))
-        doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
-        if doomed:
-            for f in admin.delete_topics(doomed, operation_timeout=30).values():
-                f.result(60)
-        forget_namespace(settings)
 
 
 def _read_all(settings: Settings, topic: str, cls: type, settle_s: float = 1.0) -> list[object]:
