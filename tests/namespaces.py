@@ -30,9 +30,14 @@ def own_namespace(base: Settings, suffix: str, tenants_file: Path, **changes: ob
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        admin = admin_client(as_admin(settings))
-        doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
-        if doomed:
-            for f in admin.delete_topics(doomed, operation_timeout=30).values():
-                f.result(60)  # wait: a client dropped at once may never send the request
-        forget_namespace(settings)
+        drop_namespace(settings)
+
+
+def drop_namespace(settings: Settings) -> None:
+    """Delete the namespace's topics and forget its principals (ACLs, credentials, passwords)."""
+    admin = admin_client(as_admin(settings))
+    doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
+    if doomed:
+        for f in admin.delete_topics(doomed, operation_timeout=30).values():
+            f.result(60)  # wait: a client dropped at once may never send the request
+    forget_namespace(settings)

@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from namespaces import drop_namespace
 
-from scheduler.access_admin import ensure_services, ensure_tenants, forget_namespace
+from scheduler.access_admin import ensure_services, ensure_tenants
 from scheduler.domain import ScheduleSpec, occurrence_id
 from scheduler.kafka.admin import admin_client, apply_topics
 from scheduler.kafka.clients import consumer, producer
@@ -535,13 +536,7 @@ def isolated(kafka_settings: Settings) -> Iterator[Settings]:
     )
     ensure_services(settings)  # its processors run as its own processor principal
     yield settings
-    admin = admin_client(settings.kafka())
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
-    if names:
-        # Wait on the futures: an AdminClient dropped before its request went out deletes nothing.
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result(60)
-    forget_namespace(settings)
+    drop_namespace(settings)
 
 
 def with_topics(settings: Settings, *tenants: Tenant) -> dict[str, Tenant]:

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from namespaces import drop_namespace
 from test_attempts_e2e import Running
 from test_processor_e2e import once_at
 from test_processor_failover import InProcess, OffsetClock, TopicReader, with_topics
 from test_worker_support import running
 
-from scheduler.access_admin import ensure_services, forget_namespace
-from scheduler.kafka.admin import admin_client
+from scheduler.access_admin import ensure_services
 from scheduler.kafka.clients import consumer, producer
 from scheduler.kafka.partitioner import partition_for
 from scheduler.processor.runtime import Processor
@@ -43,12 +43,7 @@ def space(kafka_settings: Settings) -> Iterator[Settings]:
     )
     ensure_services(settings)  # its processors run as its own processor principal
     yield settings
-    admin = admin_client(settings.kafka())
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.namespace + ".")]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result(60)
-    forget_namespace(settings)
+    drop_namespace(settings)
 
 
 def ids_on(shards: set[int], n: int, partitions: int) -> list[str]:
