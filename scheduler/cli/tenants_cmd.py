@@ -1,4 +1,4 @@
-"""``ksched tenants add | update | list | disable | enable | remove | rotate-credentials``.
+"""``ksched tenants add | update | list | disable | enable | remove | rotate-credentials | api-key``.
 
 The registry is the compacted topic ``<namespace>.tenants``; every command reads it to its end
 and writes it (:mod:`scheduler.tenant_admin`). Running processors apply a change from their
@@ -8,7 +8,8 @@ each write first copies into the topic the file's tenants the topic has never me
 Access (docs/security.md): ``add`` also gives the tenant its principal — a SCRAM credential with
 a random password and its ACLs — and hands the password out once (kept in the credentials file,
 written with ``--credentials-out``, else printed); ``rotate-credentials`` replaces the password;
-``remove`` deletes the principal's ACLs and credential.
+``remove`` deletes the principal's ACLs and revokes its credential. ``api-key`` makes, lists and
+revokes the tenant's HTTP API keys (:mod:`scheduler.cli.apikey_cmd`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def register(sub: Any) -> None:
         c.set_defaults(handler=handler)
     ls = tsub.add_parser("list", help="list registered tenants, their state and quotas")
     ls.set_defaults(handler=_list)
+    from scheduler.cli import apikey_cmd
+
+    apikey_cmd.register(tsub)
 
 
 def _quotas(args: argparse.Namespace) -> dict[str, Any]:
@@ -242,7 +246,7 @@ def _remove(args: argparse.Namespace) -> int:
     print(f"tenant {args.name}: removed; its commands and results topics are deleted. Its dispatch, "
           "versions and DLQ topics are kept (delete them with your Kafka tools once their data is no "
           "longer needed)")
-    print(f"tenant {args.name}: its Kafka credential and {acls} ACLs are deleted")
+    print(f"tenant {args.name}: its {acls} ACLs are deleted and its Kafka credential revoked")
     return 0
 
 
