@@ -34,10 +34,10 @@ def register(tsub: Any) -> None:
 
 
 def _tenant(name: str) -> tuple[Any, Any, Any]:
-    from scheduler.cli.tenants_cmd import _registered, _settings_and_table
+    from scheduler.cli.tenant_lookup import registered, settings_and_table
 
-    settings, table = _settings_and_table(name)
-    return settings, table, _registered(table, name)
+    settings, table = settings_and_table(name)
+    return settings, table, registered(table, name)
 
 
 def _when(ms: int | None) -> str:

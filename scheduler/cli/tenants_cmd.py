@@ -18,6 +18,8 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
+from scheduler.cli.tenant_lookup import registered, settings_and_table
+
 _QUOTA_HELP = {
     "trigger_rate_per_s": "on-time occurrences emitted per second, cluster-wide (0: no limit)",
     "catch_up_rate_per_s": "late (catch-up) occurrences emitted per second, cluster-wide (0: no limit)",
@@ -83,32 +85,6 @@ def _quotas(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _settings_and_table(name: str) -> tuple[Any, Any]:
-    from scheduler.cli import UsageError
-    from scheduler.settings import load_settings
-    from scheduler.tenant_admin import TenantAdminError, current
-    from scheduler.tenants import TenantError, validate_name
-
-    try:
-        validate_name(name)
-    except TenantError as exc:
-        raise UsageError(str(exc)) from None
-    settings = load_settings()
-    try:
-        return settings, current(settings)
-    except TenantAdminError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _registered(table: Any, name: str) -> Any:
-    from scheduler.cli import UsageError
-
-    t = table.target.get(name)
-    if t is None:
-        raise UsageError(f"tenant {name!r} is not registered: add it with `ksched tenants add {name}`")
-    return t
-
-
 def _write(settings: Any, table: Any, name: str, tenant: Any) -> None:
     """Write ``tenant`` (None: remove ``name``), as a usage error when the registry cannot be written."""
     from scheduler.cli import UsageError
@@ -130,7 +106,7 @@ def _add(args: argparse.Namespace) -> int:
     from scheduler.tenant_admin import TenantAdminError, apply_all
     from scheduler.tenants import Tenant
 
-    settings, table = _settings_and_table(args.name)
+    settings, table = settings_and_table(args.name)
     quotas = _quotas(args)
     have = table.target.get(args.name)
     if have is not None:
@@ -155,8 +131,8 @@ def _add(args: argparse.Namespace) -> int:
 def _rotate(args: argparse.Namespace) -> int:
     from scheduler.access_admin import rotate_tenant
 
-    settings, table = _settings_and_table(args.name)
-    _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    registered(table, args.name)
     _hand_out(settings, args, rotate_tenant(settings, args.name))
     return 0
 
@@ -192,8 +168,8 @@ def _update(args: argparse.Namespace) -> int:
     quotas = _quotas(args)
     if not quotas:
         raise UsageError(f"tenants update {args.name}: give a quota to change, e.g. --trigger-rate-per-s 500")
-    settings, table = _settings_and_table(args.name)
-    before = _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    before = registered(table, args.name)
     _write(settings, table, args.name, replace(before, **quotas))
     changed = ", ".join(f"{q} {getattr(before, q)} -> {v}" for q, v in quotas.items())
     print(f"tenant {args.name}: {changed}")
@@ -203,8 +179,8 @@ def _update(args: argparse.Namespace) -> int:
 def _set_state(args: argparse.Namespace, active: bool) -> int:
     from scheduler.vocabulary import TenantState
 
-    settings, table = _settings_and_table(args.name)
-    before = _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    before = registered(table, args.name)
     word = "enabled" if active else "disabled"
     if before.active == active:
         print(f"tenant {args.name}: already {word}")
@@ -230,8 +206,8 @@ def _enable(args: argparse.Namespace) -> int:
 def _remove(args: argparse.Namespace) -> int:
     from scheduler.cli import UsageError
 
-    settings, table = _settings_and_table(args.name)
-    before = _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    before = registered(table, args.name)
     if before.active:
         # The registry cannot tell cheaply whether the tenant still has schedules (they live in
         # the shards): a tenant is removed only once an admin has stopped it on purpose.
