@@ -318,6 +318,34 @@ def test_restart_after_revoking_users_keeps_every_credential(own_broker: LocalBr
     assert not login(revoked[0]), "a revoked user's old password must stay refused"
 
 
+@pytest.mark.kafka
+def test_a_broker_that_lost_its_scram_users_is_named_with_the_fix(own_broker: LocalBroker) -> None:
+    """The Kafka bug itself (docs/decisions.md), reproduced with deletions made by hand: the start
+    gives up after the grace period with one line naming the cause and ``--fresh``, and ``--fresh``
+    recovers. When a Kafka release fixes ScramDelta.apply this test fails: drop the workaround."""
+    from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+
+    from scheduler.kafka.acls import upsert_scram
+    from scheduler.localbroker import broker as broker_module
+
+    b = own_broker
+    b.start(timeout_s=180)
+    admin = AdminClient(b.connection().config())
+    users = [f"user-{i:03d}" for i in range(30)]  # user-012 hashes before admin (see the test above)
+    for user in users:
+        upsert_scram(admin, user, "pw")
+    gone = [UserScramCredentialDeletion(u, ScramMechanism.SCRAM_SHA_512) for u in users[::2]]
+    for fut in admin.alter_user_scram_credentials(gone).values():
+        fut.result(30)
+    assert b.stop(timeout_s=30)
+    t0 = time.monotonic()
+    refused = r"refuses the admin's password .* `ksched kafka start --fresh`"
+    with pytest.raises(LocalBrokerError, match=refused):
+        b.start(timeout_s=120)
+    assert time.monotonic() - t0 < broker_module.REFUSED_GRACE_S + 40  # not the whole start timeout
+    assert b.start(fresh=True, timeout_s=120).healthy
+
+
 def test_a_data_dir_formatted_without_authentication_is_detected(tmp_path: Path) -> None:
     """An older ksched formatted storage with no SCRAM user: start() wipes and reformats it."""
     from scheduler.localbroker.config import AUTH_MARKER

@@ -51,11 +51,24 @@ class BrokerStatus:
         }
 
 
-def _quiet_admin(conn: KafkaConnection) -> Any:
+# How long a started broker may refuse the admin's password before start-up gives up: the broker
+# fills its SCRAM cache from the metadata log, so a refusal right after the listener opens is normal.
+REFUSED_GRACE_S = 20.0
+_REFUSED = "the broker refuses the admin's password"
+
+
+def _quiet_admin(conn: KafkaConnection, refused: list[str] | None = None) -> Any:
+    """An AdminClient that says nothing while the broker boots (connection-refused noise is
+    expected, not news); a refused login is appended to ``refused`` (librdkafka reports it only
+    to the error callback and otherwise retries quietly)."""
+    from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 
-    # log_level 0: connection-refused noise while the broker boots is expected, not news.
-    return AdminClient(conn.config(log_level=0, **{"socket.timeout.ms": 3000}))
+    def on_error(err: KafkaError) -> None:
+        if refused is not None and err.code() == KafkaError._AUTHENTICATION:
+            refused.append(err.str())
+
+    return AdminClient(conn.config(log_level=0, error_cb=on_error, **{"socket.timeout.ms": 3000}))
 
 
 class LocalBroker:
@@ -141,11 +154,16 @@ class LocalBroker:
         """Topic names and an empty error, or ([], error) when the broker does not answer."""
         from confluent_kafka import KafkaException
 
+        refused: list[str] = []
         try:
-            md = _quiet_admin(self.connection()).list_topics(timeout=timeout_s)
+            admin = _quiet_admin(self.connection(), refused)
+            md = admin.list_topics(timeout=timeout_s)
         except CredentialsError as exc:
             return [], str(exc)
         except KafkaException as exc:
+            admin.poll(0.1)  # serves the error callback
+            if refused:
+                return [], f"{_REFUSED} ({refused[-1]})"
             return [], str(exc.args[0] if exc.args else exc)
         if not md.brokers:
             return [], "metadata lists no broker yet"
@@ -254,6 +272,7 @@ class LocalBroker:
             return self._wait_healthy(proc.pid, deadline)
 
     def _wait_healthy(self, pid: int, deadline: float) -> BrokerStatus:
+        refused_since: float | None = None
         while True:
             if not alive(pid):
                 self.pid_file.unlink(missing_ok=True)
@@ -266,12 +285,28 @@ class LocalBroker:
                 st = self.status()
                 if st.healthy:
                     return st
+            if err.startswith(_REFUSED):
+                refused_since = refused_since or time.monotonic()
+                if time.monotonic() - refused_since > REFUSED_GRACE_S:
+                    raise LocalBrokerError(self._refused_message(pid))
+            else:
+                refused_since = None
             if time.monotonic() > deadline:
                 raise LocalBrokerError(
                     f"the Kafka broker (pid {pid}) did not answer metadata on {self.bootstrap} in time "
                     f"({err or 'unhealthy'}); see `ksched kafka logs`, or retry with a longer --timeout"
                 )
             time.sleep(0.25)
+
+    def _refused_message(self, pid: int) -> str:
+        return (
+            f"the Kafka broker (pid {pid}, still running) refuses the admin's password from "
+            f"{self.credentials_file}: its metadata has lost the SCRAM users — Kafka 4.1-4.4 do that "
+            "when a restart replays a metadata log in which a SCRAM user was deleted and no snapshot "
+            "holds the others (docs/decisions.md); ksched no longer deletes users, so only data dirs "
+            "used by older versions or by hand are hit. `ksched kafka start --fresh` starts over with "
+            "empty storage (topics and data are lost); `ksched kafka stop` stops it as it is"
+        )
 
     # ----------------------------------------------------------------- stop / logs
 
