@@ -24,12 +24,14 @@ public final class Main {
             "usage: java -jar ksched-java-example.jar COMMAND [--option value ...]",
             "  ids       read 'tenant<TAB>key<TAB>version<TAB>scheduled_for_epoch_s<TAB>partitions' lines on stdin;",
             "            print each line's schedule id, occurrence id and the Java producer's partition as JSON",
+            "  fingerprints  print each record schema's full name and single-object fingerprint as JSON",
             "  publish   --tenant T --key K [--in-s 10] [--handler echo] [--payload TEXT]",
             "            create a one-time schedule firing in --in-s seconds, update its payload (expected",
             "            version 1), create a second one (key K-canceled) and cancel it; print each result",
-            "  work      --tenant T [--worker-id ID] [--out FILE] [--exit-after N] [--heartbeat-s 5]",
-            "            run the tenant's occurrences: handler 'echo' appends the payload to --out (once per",
-            "            occurrence id), 'fail' fails for good; exit after N final reports (0: on SIGTERM)",
+            "  work      --tenant T [--worker-id ID] [--out FILE] [--exit-after N] [--heartbeat-s 5] [--echo-s 0]",
+            "            run the tenant's occurrences: handler 'echo' takes --echo-s seconds, then appends the",
+            "            payload to --out (once per occurrence id); 'fail' fails for good; exit after N final",
+            "            reports (0: run until SIGTERM)",
             "environment: KSCHED_BOOTSTRAP (default 127.0.0.1:9092), KSCHED_NAMESPACE (ksched),",
             "  KSCHED_CREDENTIALS_FILE (the embedded broker's credentials.json) or KSCHED_SASL_USERNAME and",
             "  KSCHED_SASL_PASSWORD, KSCHED_SECURITY_PROTOCOL, KSCHED_SASL_MECHANISM, KSCHED_SCHEMAS_DIR");
@@ -45,6 +47,7 @@ public final class Main {
             Map<String, String> opts = options(argv);
             switch (argv[0]) {
                 case "ids" -> ids();
+                case "fingerprints" -> fingerprints();
                 case "publish" -> System.exit(publish(opts));
                 case "work" -> work(opts);
                 default -> throw new IllegalArgumentException("unknown command " + argv[0] + "\n" + USAGE);
@@ -110,6 +113,14 @@ public final class Main {
         }
     }
 
+    private static void fingerprints() throws IOException {
+        Records records = Records.load(Config.schemasDir(System.getenv()));
+        records.schemas().values().stream()
+                .filter(s -> s.getType() == org.apache.avro.Schema.Type.RECORD)
+                .sorted((a, b) -> a.getFullName().compareTo(b.getFullName()))
+                .forEach(s -> emit(Map.of("name", s.getFullName(), "fingerprint", Records.fingerprintHex(s))));
+    }
+
     private static int publish(Map<String, String> opts) throws IOException {
         Config cfg = Config.fromEnv(required(opts, "tenant"), System.getenv());
         String key = required(opts, "key");
@@ -147,7 +158,11 @@ public final class Main {
         String workerId = opts.getOrDefault("worker-id", "java-" + UUID.randomUUID().toString().substring(0, 8));
         Path out = opts.containsKey("out") ? Path.of(opts.get("out")) : null;
         Map<String, Worker.Handler> handlers = new HashMap<>();
-        handlers.put("echo", ctx -> echo(ctx, out));
+        int echoSeconds = intOption(opts, "echo-s", 0);
+        handlers.put("echo", ctx -> {
+            Thread.sleep(echoSeconds * 1000L); // a long handler: the heartbeats keep its lease
+            echo(ctx, out);
+        });
         handlers.put("fail", ctx -> {
             throw new Worker.PermanentFailure("the 'fail' handler always fails");
         });

@@ -2,15 +2,17 @@ package dev.ksched.example;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
 import org.apache.avro.Schema;
-import org.apache.avro.SchemaParseException;
+import org.apache.avro.AvroRuntimeException;
 import org.apache.avro.SchemaNormalization;
 import org.apache.avro.generic.GenericData;
 import org.apache.avro.generic.GenericRecord;
@@ -49,7 +51,7 @@ public final class Records {
                 try {
                     parser.parse(file.toFile());
                     r.current.putAll(parser.getTypes());
-                } catch (SchemaParseException e) {
+                } catch (AvroRuntimeException e) { // SchemaParseException: a name not parsed yet
                     failed.add(file);
                     lastError = file.getFileName() + ": " + e.getMessage();
                 }
@@ -107,9 +109,15 @@ public final class Records {
         return decoder.decode(value);
     }
 
-    /** The 64-bit fingerprint the framing carries (for diagnostics). */
-    public long fingerprint(String name) {
-        return SchemaNormalization.parsingFingerprint64(schema(name));
+    /** Every named type of the schemas folder, by full name. */
+    public Map<String, Schema> schemas() {
+        return Map.copyOf(current);
+    }
+
+    /** The 8 bytes after {@code C3 01} in a value written with {@code schema}, as hex (little-endian). */
+    public static String fingerprintHex(Schema schema) {
+        long fp = SchemaNormalization.parsingFingerprint64(schema);
+        return HexFormat.of().formatHex(ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(fp).array());
     }
 
     /** A field of a decoded record as a Java string (Avro strings decode as Utf8, enums as symbols). */
