@@ -20,15 +20,19 @@ import pytest
 from java_example import Built, JavaExampleError, build, java_env, run, start
 from test_attempts_e2e import Events, Running
 from test_processor_failover import isolated, with_topics
-from test_worker_support import committed, wait_for
+from test_worker_support import NOW_MS, close_producer, committed, dispatch, occ, reports, send, wait_for
 
 from scheduler.client import SchedulerClient
 from scheduler.domain import occurrence_id, schedule_id_for
 from scheduler.kafka.partitioner import partition_for
 from scheduler.processor.runtime import Processor
+from scheduler.records import VersionRecord, encode
 from scheduler.records.schemas import expand, load_definitions, load_expanded
 from scheduler.settings import Settings, load_settings
 from scheduler.tenants import Tenant
+from scheduler.topology import topic_name
+from scheduler.worker import CANCELED_CLASS, UNKNOWN_HANDLER_CLASS
+from scheduler.worker.view import verdict, version_state
 
 __all__ = ["isolated"]  # a fixture, used by name
 TENANT = "jv"
@@ -134,7 +138,7 @@ def test_a_java_published_schedule_fires_and_a_java_worker_runs_it(
     worker = start(example.jar, "work", "--tenant", TENANT, "--worker-id", "java-w1", "--out", str(out_file),
                    "--exit-after", "1", "--heartbeat-s", HEARTBEAT_S, "--echo-s", "5", env=env, log=log)
     try:
-        published = run(example.jar, "publish", "--tenant", TENANT, "--key", "java-nightly", "--in-s", "15",
+        published = run(example.jar, "publish", "--tenant", TENANT, "--key", "java-nightly", "--in-s", "10",
                         "--payload", "hello from Java", env=env)
         assert published.returncode == 0, published.stdout + published.stderr
         create, update, create2, cancel = lines(published.stdout)
@@ -170,3 +174,75 @@ def test_a_java_published_schedule_fires_and_a_java_worker_runs_it(
         done, gone = client.get(TENANT, sid), client.get(TENANT, doomed)
     assert done is not None and (done.version, done.state) == (2, "COMPLETED")
     assert gone is not None and gone.state == "CANCELED"
+
+
+@pytest.fixture
+def topics_only(isolated: Settings) -> Iterator[Settings]:
+    """A tenant's topics and principal, no processor: the test writes dispatch and version records."""
+    with_topics(isolated, Tenant(name=TENANT))
+    yield isolated
+    close_producer()
+
+
+@pytest.mark.kafka
+def test_the_java_worker_rechecks_and_reports_as_the_python_worker_does(
+    example: Built, topics_only: Settings, tmp_path: Path
+) -> None:
+    """Every verdict of the Java worker's recheck is the Python worker's (``view.verdict``, the
+    oracle), reported the same way; junk and another tenant's records are skipped; the offset is
+    committed past them all."""
+    settings = topics_only
+    paused_ms, resumed_ms = NOW_MS - 60_000, NOW_MS + 30_000
+    views: dict[str, VersionRecord | None] = {
+        "s-canceled": _vr("s-canceled", 1, "CANCELED"), "s-paused": _vr("s-paused", 1, "PAUSED"),
+        "s-stale": _vr("s-stale", 3, "ACTIVE"), "s-ahead": _vr("s-ahead", 1, "PAUSED"),
+        "s-resumed": _vr("s-resumed", 1, "ACTIVE", paused_at_ms=paused_ms, resumed_at_ms=resumed_ms),
+        "s-repaused": _vr("s-repaused", 1, "ACTIVE", paused_at_ms=resumed_ms, resumed_at_ms=paused_ms),
+        "s-deleted": None,
+    }
+    versions = topic_name(settings, "versions", TENANT)
+    send(settings, versions, [("s-deleted", encode(_vr("s-deleted", 1, "CANCELED")))])  # then its tombstone
+    send(settings, versions, [(sid, None if v is None else encode(v)) for sid, v in views.items()])
+    occurrences = [
+        occ(TENANT, "s-canceled", handler="echo"), occ(TENANT, "s-paused", handler="echo"),
+        occ(TENANT, "s-stale", version=2, handler="echo"), occ(TENANT, "s-ahead", version=2, handler="echo"),
+        occ(TENANT, "s-resumed", handler="echo"),  # pending through the pause: not run
+        occ(TENANT, "s-resumed", handler="echo", at_ms=resumed_ms + 1000),  # after the resume: run
+        occ(TENANT, "s-repaused", handler="echo"), occ(TENANT, "s-deleted", handler="echo"),
+        occ(TENANT, "s-new", handler="echo"), occ(TENANT, "s-unknown", handler="nope"),
+    ]
+    dispatch(settings, TENANT, *occurrences[:5], b"junk", occ("another-tenant", "s-x", handler="echo"),
+             *occurrences[5:], partition=0)
+    env = java_env(KSCHED_BOOTSTRAP=settings.bootstrap_servers, KSCHED_NAMESPACE=settings.namespace)
+    with reports(settings, TENANT) as rep:
+        done = run(example.jar, "work", "--tenant", TENANT, "--exit-after", str(len(occurrences)),
+                   "--worker-id", "java-w2", env=env, timeout_s=120)
+        assert done.returncode == 0, done.stderr
+        rep.until(lambda got: len([r for r in got if r.kind in ("SUCCEEDED", "FAILED")]) == len(occurrences))
+    assert "skipping" in done.stderr and "names tenant another-tenant" in done.stderr
+    for o in occurrences:
+        mine = [r for r in rep.all if r.occurrence_id == o.occurrence_id]
+        current = views.get(o.schedule_id)
+        state = None if current is None else version_state(
+            current.version, current.state, current.paused_at_ms, current.resumed_at_ms)
+        reason = verdict(state, o.version, o.scheduled_for_ms)
+        if reason is not None:
+            expect = [("FAILED", False, CANCELED_CLASS, reason)]
+        elif o.handler == "nope":
+            expect = [("FAILED", True, UNKNOWN_HANDLER_CLASS, "no handler named 'nope' on worker java-w2")]
+        else:
+            expect = [("STARTED", None, None, None), ("SUCCEEDED", None, None, None)]
+        assert [(r.kind, r.retryable, r.error_class, r.error_message) for r in mine] == expect, o.schedule_id
+        assert len({r.token for r in mine}) == 1 and len(mine[0].token) == 32
+        assert all((r.version, r.attempt, r.scheduled_for_ms, r.worker_id) == (o.version, o.attempt,
+                   o.scheduled_for_ms, "java-w2") for r in mine)
+    started = {r.occurrence_id for r in rep.all if r.kind == "STARTED"}
+    ran = [o.schedule_id for o in occurrences if o.occurrence_id in started]
+    assert ran == ["s-ahead", "s-resumed", "s-repaused", "s-deleted", "s-new"]  # s-resumed: the later one
+    every = len(occurrences) + 2  # and the two skipped
+    wait_for(lambda: committed(settings, TENANT, 0) == every, 10, "the commit past every record")
+
+
+def _vr(sid: str, v: int, state: str, **pause: int) -> VersionRecord:
+    return VersionRecord(schedule_id=sid, tenant=TENANT, version=v, state=state,  # type: ignore[arg-type]
+                         updated_at_ms=NOW_MS, **pause)

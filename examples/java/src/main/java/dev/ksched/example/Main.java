@@ -126,22 +126,28 @@ public final class Main {
         String key = required(opts, "key");
         String handler = opts.getOrDefault("handler", "echo");
         String payload = opts.getOrDefault("payload", "hello from Java");
-        Instant at = Instant.ofEpochSecond(Instant.now().getEpochSecond() + intOption(opts, "in-s", 10));
+        int inSeconds = intOption(opts, "in-s", 10);
         Records records = Records.load(cfg.schemasDir());
         int rejected = 0;
         try (Publisher pub = new Publisher(cfg, records)) {
+            // Counted from now, once connected: the update and the cancel land well before it fires.
+            Instant at = Instant.ofEpochSecond(Instant.now().getEpochSecond() + inSeconds);
+            long t = System.nanoTime();
             GenericRecord created = pub.create(key, pub.onceSpec(at, handler, "draft: " + payload));
-            rejected += report("create", created, at);
+            rejected += report("create", created, at, t);
             String sid = Records.str(created, "schedule_id");
-            rejected += report("update", pub.update(sid, pub.onceSpec(at, handler, payload), 1L), at);
+            t = System.nanoTime();
+            rejected += report("update", pub.update(sid, pub.onceSpec(at, handler, payload), 1L), at, t);
+            t = System.nanoTime();
             GenericRecord doomed = pub.create(key + "-canceled", pub.onceSpec(at, handler, payload));
-            rejected += report("create", doomed, at);
-            rejected += report("cancel", pub.cancel(Records.str(doomed, "schedule_id")), at);
+            rejected += report("create", doomed, at, t);
+            t = System.nanoTime();
+            rejected += report("cancel", pub.cancel(Records.str(doomed, "schedule_id")), at, t);
         }
         return rejected == 0 ? 0 : 1;
     }
 
-    private static int report(String step, GenericRecord result, Instant at) {
+    private static int report(String step, GenericRecord result, Instant at, long sentAt) {
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("step", step);
         for (String f : new String[] {"request_id", "schedule_id", "status", "code", "reason"}) {
@@ -149,6 +155,7 @@ public final class Main {
         }
         out.put("version", result.get("version"));
         out.put("scheduled_for", at.getEpochSecond());
+        out.put("answered_in_ms", (System.nanoTime() - sentAt) / 1_000_000);
         emit(out);
         return "ACCEPTED".equals(Records.str(result, "status")) ? 0 : 1;
     }

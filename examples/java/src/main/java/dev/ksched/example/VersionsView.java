@@ -117,10 +117,14 @@ final class VersionsView implements AutoCloseable {
         Long paused = s.pausedAtMs();
         Long resumed = s.resumedAtMs();
         if (paused != null && resumed != null && resumed >= paused && scheduledForMs <= resumed) {
-            return "not run: schedule was paused at " + Instant.ofEpochMilli(paused) + " while this occurrence ("
-                    + Instant.ofEpochMilli(scheduledForMs) + ") was pending; resumed at " + Instant.ofEpochMilli(resumed);
+            return "not run: schedule was paused at " + utc(paused) + " while this occurrence ("
+                    + utc(scheduledForMs) + ") was pending; resumed at " + utc(resumed);
         }
         return null;
+    }
+
+    private static String utc(long ms) {
+        return Instant.ofEpochSecond(Math.floorDiv(ms, 1000)).toString(); // 2027-01-01T00:00:00Z
     }
 
     @Override
