@@ -111,7 +111,7 @@ def test_a_missing_maven_or_password_is_one_line_naming_the_fix(example: Built, 
 
 @pytest.fixture
 def stack(isolated: Settings) -> Iterator[Settings]:
-    settings = isolated.replace(lease_s=3)  # shorter than the Java handler: only heartbeats keep it
+    settings = isolated.replace(lease_s=4)  # shorter than the Java handler: only heartbeats keep it
     tenants = with_topics(settings, Tenant(name=TENANT))
     proc = Running(Processor(settings, tenants=tenants))
     with SchedulerClient(settings, timeout_s=60) as client:  # answered: the processor owns its shards
@@ -136,7 +136,7 @@ def test_a_java_published_schedule_fires_and_a_java_worker_runs_it(
     out_file, log = tmp_path / "echo.txt", tmp_path / "worker.log"
     events = Events(settings, tenant=TENANT)
     worker = start(example.jar, "work", "--tenant", TENANT, "--worker-id", "java-w1", "--out", str(out_file),
-                   "--exit-after", "1", "--heartbeat-s", HEARTBEAT_S, "--echo-s", "5", env=env, log=log)
+                   "--exit-after", "1", "--heartbeat-s", HEARTBEAT_S, "--echo-s", "6", env=env, log=log)
     try:
         published = run(example.jar, "publish", "--tenant", TENANT, "--key", "java-nightly", "--in-s", "10",
                         "--payload", "hello from Java", env=env)
@@ -163,7 +163,7 @@ def test_a_java_published_schedule_fires_and_a_java_worker_runs_it(
     got = tuple(final[k] for k in ("kind", "occurrence_id", "schedule_id", "version", "attempt"))
     assert got == ("SUCCEEDED", oid, sid, 2, 1)
     assert len(final["token"]) == 32
-    # Heartbeats kept the 3 s lease through the 5 s handler: one attempt, no retry.
+    # Heartbeats kept the 4 s lease through the 6 s handler: one attempt, no retry.
     # (Without them the lease expires: attempt 1 is retried, and its late SUCCEEDED is fenced.)
     assert events.of(oid) == [("SUCCEEDED", 1)]
     assert out_file.read_text() == f"{oid}\t{sid}\t2\thello from Java\n"
