@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scheduler import access
-from scheduler.kafka.acls import create_acls, delete_principal_acls, delete_scram, upsert_scram
+from scheduler.kafka.acls import create_acls, delete_principal_acls, revoke_scram, upsert_scram
 from scheduler.kafka.admin import admin_client
 from scheduler.kafka.credentials import new_password, read_users, update_users
 from scheduler.principals import as_admin
@@ -106,8 +106,9 @@ def rotate_tenant(settings: Settings, name: str) -> IssuedCredentials | None:
 
 
 def forget_namespace(settings: Settings) -> int:
-    """Delete every principal of ``settings.namespace`` whose password ksched keeps: its ACLs, its
-    SCRAM credential and the kept password (a test run's or a bench's namespace). Returns how many."""
+    """Forget every principal of ``settings.namespace`` whose password ksched keeps: delete its ACLs
+    and the kept password, revoke its SCRAM credential (a test run's or a bench's namespace).
+    Returns how many."""
     if not sasl(settings) or not keeps_passwords(settings):
         return 0
     users = [u for u in _known(settings) if u.startswith(settings.namespace + ".")]
@@ -116,20 +117,20 @@ def forget_namespace(settings: Settings) -> int:
     admin = admin_client(as_admin(settings))
     for user in users:
         delete_principal_acls(admin, f"User:{user}")
-        delete_scram(admin, user, settings.sasl_mechanism)
+        revoke_scram(admin, user, settings.sasl_mechanism)
     update_users(settings.credentials_path, dict.fromkeys(users))
     return len(users)
 
 
 def remove_tenant(settings: Settings, name: str) -> int:
-    """Delete tenant ``name``'s ACLs and SCRAM credential (and its kept password); returns the
-    number of ACLs deleted."""
+    """Delete tenant ``name``'s ACLs (and its kept password) and revoke its SCRAM credential;
+    returns the number of ACLs deleted."""
     if not sasl(settings):
         return 0
     p = access.tenant(settings.namespace, name)
     admin = admin_client(as_admin(settings))
     deleted = delete_principal_acls(admin, p.kafka_principal)
-    delete_scram(admin, p.user, settings.sasl_mechanism)
+    revoke_scram(admin, p.user, settings.sasl_mechanism)
     if keeps_passwords(settings) and settings.credentials_path.exists():
         update_users(settings.credentials_path, {p.user: None})
     return deleted

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from scheduler.access_admin import ensure_services, ensure_tenants
+from scheduler.apikeys import ApiKey, new_key, revoked
 from scheduler.kafka.admin import admin_client, apply_topics, delete_topics
 from scheduler.kafka.clients import producer
 from scheduler.settings import Settings
@@ -88,6 +90,23 @@ def put(settings: Settings, table: TenantTable, tenant: Tenant) -> None:
     """Seed what is unseeded, then write ``tenant``."""
     seed(settings, table)
     publish(settings, [(tenant.name, tenant)])
+
+
+def create_api_key(
+    settings: Settings, table: TenantTable, tenant: Tenant, label: str = ""
+) -> tuple[str, ApiKey]:
+    """Give ``tenant`` a new API key: ``(the key, shown once; its record, kept hashed)``."""
+    key, record = new_key(label)
+    put(settings, table, replace(tenant, api_keys=(*tenant.api_keys, record)))
+    return key, record
+
+
+def revoke_api_key(settings: Settings, table: TenantTable, tenant: Tenant, key_id: str) -> ApiKey:
+    """Revoke ``tenant``'s key ``key_id`` (its record stays, with the time); returns it. Raises
+    :class:`~scheduler.apikeys.ApiKeyError` when the tenant has no such key."""
+    keys = revoked(tenant.api_keys, key_id)
+    put(settings, table, replace(tenant, api_keys=keys))
+    return next(k for k in keys if k.key_id == key_id)
 
 
 # A removed tenant's inputs and answers: deleted with it, so that a client still sending for it

@@ -22,10 +22,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from scheduler.apikeys import ApiKey
 from scheduler.kafka.clients import consumer
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.kafka.reader import all_partitions, read_to_end
-from scheduler.records import RecordDecodeError, TenantRecord, decode, encode
+from scheduler.records import ApiKeyRecord, RecordDecodeError, TenantRecord, decode, encode
 from scheduler.settings import Settings
 from scheduler.tenants import QUOTAS, Tenant, TenantError, check_quota, load_tenants, validate_name
 from scheduler.topology import topic_name
@@ -43,8 +44,11 @@ def tenants_topic(settings: Settings) -> str:
 
 
 def to_record(t: Tenant, updated_at_ms: int) -> TenantRecord:
+    keys = tuple(ApiKeyRecord(key_id=k.key_id, secret_hash=k.secret_hash, label=k.label,
+                         created_at_ms=k.created_at_ms, revoked_at_ms=k.revoked_at_ms) for k in t.api_keys)
     return TenantRecord(
-        name=t.name, state=t.state, updated_at_ms=updated_at_ms, **{q: getattr(t, q) for q in QUOTAS}
+        name=t.name, state=t.state, updated_at_ms=updated_at_ms, api_keys=keys,
+        **{q: getattr(t, q) for q in QUOTAS},
     )
 
 
@@ -66,7 +70,9 @@ def decode_tenant(key: bytes | None, value: bytes | None) -> tuple[str, Tenant |
     if rec.name != name:
         raise TenantError(f"record keyed {name!r} names tenant {rec.name!r}")
     quotas = {q: check_quota(q, getattr(rec, q), f"tenant {name}: ") for q in QUOTAS}
-    return name, Tenant(name=name, state=TenantState(rec.state), **quotas)
+    keys = tuple(ApiKey(key_id=k.key_id, secret_hash=k.secret_hash, label=k.label,
+                        created_at_ms=k.created_at_ms, revoked_at_ms=k.revoked_at_ms) for k in rec.api_keys)
+    return name, Tenant(name=name, state=TenantState(rec.state), api_keys=keys, **quotas)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,9 @@ class TenantChange:
         changed = [
             f"{q} {getattr(b, q)} -> {getattr(a, q)}" for q in QUOTAS if getattr(b, q) != getattr(a, q)
         ]
+        if b.api_keys != a.api_keys:
+            active = [sum(k.active for k in t.api_keys) for t in (b, a)]
+            changed.append(f"active API keys {active[0]} -> {active[1]}")
         return f"tenant {self.name}: " + (", ".join(changed) or "rewritten, unchanged")
 
 

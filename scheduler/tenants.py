@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from scheduler.apikeys import ApiKey
 from scheduler.domain.bounds import TENANT_NAME
 from scheduler.vocabulary import TenantState
 
@@ -41,13 +42,16 @@ class Tenant:
     retry_budget_per_min: int = 600
     max_schedules: int = 1_000_000
     state: TenantState = TenantState.ACTIVE
+    api_keys: tuple[ApiKey, ...] = ()  # its HTTP API keys, hashed (scheduler.apikeys)
 
     @property
     def active(self) -> bool:
         return self.state == TenantState.ACTIVE
 
 
-QUOTAS: tuple[str, ...] = tuple(f.name for f in fields(Tenant) if f.name not in ("name", "state"))
+QUOTAS: tuple[str, ...] = tuple(
+    f.name for f in fields(Tenant) if f.name not in ("name", "state", "api_keys")
+)
 """The quota fields of :class:`Tenant`, in order (the TOML keys and the CLI's ``--flags``)."""
 
 

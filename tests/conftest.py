@@ -53,9 +53,8 @@ def kafka_bootstrap() -> Iterator[str]:
     )
     was_running = broker.status().running
     try:
-        # A broker this session starts starts from empty storage: test data is disposable, and a
-        # restart on a data dir a whole suite has run against was seen to refuse the admin's
-        # password (an open bug, docs/decisions.md); one left running (KSCHED_TEST_KEEP_KAFKA) is reused.
+        # A broker this session starts starts from empty storage: test data is disposable, and
+        # each session starts from the same state; one left running (KSCHED_TEST_KEEP_KAFKA) is reused.
         broker.start(fresh=not was_running)
     except LocalBrokerError as exc:
         pytest.fail(f"the test Kafka broker could not start: {exc}", pytrace=False)

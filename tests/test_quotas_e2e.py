@@ -1,9 +1,11 @@
-"""Cluster-wide quotas against the real broker (issue 11, item 5): a tenant's trigger rate holds
-across shards and processors within ±20 % over 10 s, a lowered quota is in force within 10 s, and
-``max_running`` holds across worker processes (docs/schedules.md, "Quotas are cluster-wide")."""
+"""Cluster-wide quotas against the real broker (issue 11, item 5): a tenant's trigger rate, catch-up
+rate and retry budget hold across shards and processors within ±20 % over 10 s, a lowered quota is
+in force within 10 s, and ``max_running`` holds across worker processes (docs/schedules.md,
+"Quotas are cluster-wide")."""
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import threading
 import time
@@ -57,9 +59,11 @@ def ids_on(shards: set[int], n: int, partitions: int) -> list[str]:
     return out
 
 
-def create(settings: Settings, tenant: str, sids: list[str], at: int, timeout_s: float = 60) -> None:
-    """One CREATE of a one-time schedule at ``at`` per id, straight to the commands topic; wait
-    until every one is accepted."""
+def create(
+    settings: Settings, tenant: str, sids: list[str], at: int, timeout_s: float = 60, **spec_fields: Any
+) -> None:
+    """One CREATE of a one-time schedule at ``at`` (with ``spec_fields``) per id, straight to the
+    commands topic; wait until every one is accepted."""
     t_results = topic_name(settings, "results", tenant)
     results = consumer(settings.kafka())
     results.assign([
@@ -67,7 +71,7 @@ def create(settings: Settings, tenant: str, sids: list[str], at: int, timeout_s:
         for p in range(settings.partitions)
     ])
     prod = producer(settings.kafka())
-    spec = ScheduleSpecRecord.from_domain(once_at(at))
+    spec = ScheduleSpecRecord.from_domain(dataclasses.replace(once_at(at), **spec_fields))
     for sid in sids:
         cmd = ScheduleCommand(request_id=sid, tenant=tenant, schedule_id=sid, kind="CREATE", spec=spec,
                               issued_at_ms=int(time.time() * 1000))
@@ -88,13 +92,14 @@ def create(settings: Settings, tenant: str, sids: list[str], at: int, timeout_s:
     assert not todo, f"{len(todo)} creates unanswered"
 
 
-def dispatch_times(settings: Settings, tenant: str, until: float) -> list[float]:
-    """The broker's append times (s) of the tenant's dispatch records, read until ``until``."""
+def dispatch_times(settings: Settings, tenant: str, until: float, min_attempt: int = 1) -> list[float]:
+    """The broker's append times (s) of the tenant's dispatch records of attempt ``min_attempt`` or
+    later, read until ``until``."""
     reader = TopicReader(settings, [topic_name(settings, "dispatch", tenant)], Occurrence)
     try:
         while time.time() < until:
             reader.poll()
-        return sorted(s.append_ms / 1000 for s in reader.seen)
+        return sorted(s.append_ms / 1000 for s in reader.seen if s.value.attempt >= min_attempt)
     finally:
         reader.close()
 
@@ -148,6 +153,37 @@ def test_a_rate_holds_across_two_processors(space: Settings) -> None:
         a.stop()
         b.stop()
     assert_rate(in_window(times, times[0] + 2), rate, WINDOW_S, f"shards {sorted(shards)} on two processors")
+
+
+def test_the_retry_budget_holds_across_two_processors(space: Settings) -> None:
+    """Every first attempt fails at once, so every retry is due within a second of it: the tenant's
+    retry budget alone spreads them, split between the shards of two processors."""
+    per_s = 20
+    tenant = Tenant(name="qr", retry_budget_per_min=per_s * 60, trigger_rate_per_s=0, max_schedules=100_000)
+    tenants = with_topics(space, tenant)
+    clock = OffsetClock()
+    a = InProcess(space, tenants, clock)
+    b = InProcess(space, tenants, clock)
+
+    def fail(ctx: Context) -> None:
+        raise RuntimeError("always failing: a retry each")
+
+    try:
+        deadline = time.monotonic() + 90
+        while not (a.proc.owned and b.proc.owned and len(a.proc.owned) + len(b.proc.owned) == 4):
+            assert time.monotonic() < deadline, (sorted(a.proc.owned), sorted(b.proc.owned))
+            time.sleep(0.2)
+        time.sleep(2)  # settled: no rebalance during the measure
+        with running(space, "qr", {"h": fail}, concurrency=16, tenants=tenants, worker_id="wr"):
+            due = int(time.time()) + 6
+            create(space, "qr", ids_on({0, 1, 2, 3}, per_s * 18, space.partitions), due,
+                   retry_max_attempts=2, retry_backoff_base_s=1.0, retry_backoff_cap_s=1.0)
+            times = dispatch_times(space, "qr", due + 20, min_attempt=2)
+    finally:
+        a.stop()
+        b.stop()
+    assert times, "no retry was dispatched"
+    assert_rate(in_window(times, times[0] + 2), per_s, WINDOW_S, "retries over four shards on two processors")
 
 
 def test_a_rate_lowered_during_a_burst_is_in_force_within_ten_seconds(space: Settings) -> None:

@@ -160,3 +160,34 @@ def test_a_worker_starts_only_for_a_registered_enabled_tenant(
     capsys.readouterr()
     assert main([*base, "tn-wk"]) == 2  # as tn-wk's principal, which reads the registry
     assert "tenant 'tn-wk' is disabled" in capsys.readouterr().err
+
+
+def test_api_keys_are_made_listed_and_revoked_through_the_registry(
+    live: tuple[Settings, Processor], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scheduler.apikeys import KeyChecker
+
+    settings, proc = live
+    assert main(["tenants", "add", "tn-keys", "--no-topics"]) == 0
+    capsys.readouterr()
+    assert main(["tenants", "api-key", "create", "tn-keys", "--label", "deploys"]) == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert key.startswith("ksk_")
+    assert main(["tenants", "api-key", "list", "tn-keys"]) == 0
+    listed = capsys.readouterr().out
+    assert key.split("_")[1] in listed and "deploys" in listed and key.split("_", 2)[2] not in listed
+
+    checker = KeyChecker(lambda: {n: t.api_keys for n, t in read_registry(settings).target.items()})
+    assert checker.tenant_of(key) == "tn-keys"
+    assert main(["tenants", "update", "tn-keys", "--max-running", "7"]) == 0  # quotas keep the keys
+    assert checker.tenant_of(key) == "tn-keys"
+    _until(lambda: "tn-keys" in proc.tenants and bool(proc.tenants["tn-keys"].api_keys), 10,
+           "the processor's registry to see the key")
+    key_id = key.split("_")[1]
+    assert main(["tenants", "api-key", "revoke", "tn-keys", key_id]) == 0
+    assert f"API key {key_id} revoked" in capsys.readouterr().out
+    assert checker.tenant_of(key) is None
+    assert main(["tenants", "api-key", "revoke", "tn-keys", "000000000000"]) == 2
+    assert "no API key 000000000000" in capsys.readouterr().err
+    assert main(["tenants", "api-key", "list", "tn-keys", "--json"]) == 0
+    assert '"active": false' in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""``ksched tenants add | update | list | disable | enable | remove | rotate-credentials``.
+"""``ksched tenants add | update | list | disable | enable | remove | rotate-credentials | api-key``.
 
 The registry is the compacted topic ``<namespace>.tenants``; every command reads it to its end
 and writes it (:mod:`scheduler.tenant_admin`). Running processors apply a change from their
@@ -8,7 +8,8 @@ each write first copies into the topic the file's tenants the topic has never me
 Access (docs/security.md): ``add`` also gives the tenant its principal — a SCRAM credential with
 a random password and its ACLs — and hands the password out once (kept in the credentials file,
 written with ``--credentials-out``, else printed); ``rotate-credentials`` replaces the password;
-``remove`` deletes the principal's ACLs and credential.
+``remove`` deletes the principal's ACLs and revokes its credential. ``api-key`` makes, lists and
+revokes the tenant's HTTP API keys (:mod:`scheduler.cli.apikey_cmd`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from typing import Any
+
+from scheduler.cli.tenant_lookup import registered, settings_and_table
 
 _QUOTA_HELP = {
     "trigger_rate_per_s": "on-time occurrences emitted per second, cluster-wide (0: no limit)",
@@ -61,6 +64,9 @@ def register(sub: Any) -> None:
         c.set_defaults(handler=handler)
     ls = tsub.add_parser("list", help="list registered tenants, their state and quotas")
     ls.set_defaults(handler=_list)
+    from scheduler.cli import apikey_cmd
+
+    apikey_cmd.register(tsub)
 
 
 def _quotas(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,32 +83,6 @@ def _quotas(args: argparse.Namespace) -> dict[str, Any]:
             except TenantError as exc:
                 raise UsageError(str(exc)) from None
     return out
-
-
-def _settings_and_table(name: str) -> tuple[Any, Any]:
-    from scheduler.cli import UsageError
-    from scheduler.settings import load_settings
-    from scheduler.tenant_admin import TenantAdminError, current
-    from scheduler.tenants import TenantError, validate_name
-
-    try:
-        validate_name(name)
-    except TenantError as exc:
-        raise UsageError(str(exc)) from None
-    settings = load_settings()
-    try:
-        return settings, current(settings)
-    except TenantAdminError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _registered(table: Any, name: str) -> Any:
-    from scheduler.cli import UsageError
-
-    t = table.target.get(name)
-    if t is None:
-        raise UsageError(f"tenant {name!r} is not registered: add it with `ksched tenants add {name}`")
-    return t
 
 
 def _write(settings: Any, table: Any, name: str, tenant: Any) -> None:
@@ -126,7 +106,7 @@ def _add(args: argparse.Namespace) -> int:
     from scheduler.tenant_admin import TenantAdminError, apply_all
     from scheduler.tenants import Tenant
 
-    settings, table = _settings_and_table(args.name)
+    settings, table = settings_and_table(args.name)
     quotas = _quotas(args)
     have = table.target.get(args.name)
     if have is not None:
@@ -151,8 +131,8 @@ def _add(args: argparse.Namespace) -> int:
 def _rotate(args: argparse.Namespace) -> int:
     from scheduler.access_admin import rotate_tenant
 
-    settings, table = _settings_and_table(args.name)
-    _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    registered(table, args.name)
     _hand_out(settings, args, rotate_tenant(settings, args.name))
     return 0
 
@@ -188,8 +168,8 @@ def _update(args: argparse.Namespace) -> int:
     quotas = _quotas(args)
     if not quotas:
         raise UsageError(f"tenants update {args.name}: give a quota to change, e.g. --trigger-rate-per-s 500")
-    settings, table = _settings_and_table(args.name)
-    before = _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    before = registered(table, args.name)
     _write(settings, table, args.name, replace(before, **quotas))
     changed = ", ".join(f"{q} {getattr(before, q)} -> {v}" for q, v in quotas.items())
     print(f"tenant {args.name}: {changed}")
@@ -199,8 +179,8 @@ def _update(args: argparse.Namespace) -> int:
 def _set_state(args: argparse.Namespace, active: bool) -> int:
     from scheduler.vocabulary import TenantState
 
-    settings, table = _settings_and_table(args.name)
-    before = _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    before = registered(table, args.name)
     word = "enabled" if active else "disabled"
     if before.active == active:
         print(f"tenant {args.name}: already {word}")
@@ -226,8 +206,8 @@ def _enable(args: argparse.Namespace) -> int:
 def _remove(args: argparse.Namespace) -> int:
     from scheduler.cli import UsageError
 
-    settings, table = _settings_and_table(args.name)
-    before = _registered(table, args.name)
+    settings, table = settings_and_table(args.name)
+    before = registered(table, args.name)
     if before.active:
         # The registry cannot tell cheaply whether the tenant still has schedules (they live in
         # the shards): a tenant is removed only once an admin has stopped it on purpose.
@@ -242,7 +222,7 @@ def _remove(args: argparse.Namespace) -> int:
     print(f"tenant {args.name}: removed; its commands and results topics are deleted. Its dispatch, "
           "versions and DLQ topics are kept (delete them with your Kafka tools once their data is no "
           "longer needed)")
-    print(f"tenant {args.name}: its Kafka credential and {acls} ACLs are deleted")
+    print(f"tenant {args.name}: its {acls} ACLs are deleted and its Kafka credential revoked")
     return 0
 
 

@@ -9,6 +9,7 @@ Creating an ACL that exists, or upserting a credential, is idempotent on the bro
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -19,7 +20,6 @@ from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
     ScramMechanism,
-    UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
 
@@ -91,16 +91,13 @@ def upsert_scram(admin: AdminClient, user: str, password: str, mechanism: str = 
             raise AdminError(f"set the SCRAM credential of user {name}: {exc.args[0]}") from None
 
 
-def delete_scram(
+def revoke_scram(
     admin: AdminClient, user: str, mechanism: str = "SCRAM-SHA-512", timeout_s: float = 30
-) -> bool:
-    """Delete ``user``'s SCRAM credential; False when it had none."""
-    change = UserScramCredentialDeletion(user, _mechanism(mechanism))
-    for name, fut in admin.alter_user_scram_credentials([change], request_timeout=timeout_s).items():
-        try:
-            fut.result(timeout_s)
-        except KafkaException as exc:
-            if "RESOURCE_NOT_FOUND" in str(exc.args[0]) or "not found" in str(exc.args[0]).lower():
-                return False
-            raise AdminError(f"delete the SCRAM credential of user {name}: {exc.args[0]}") from None
-    return True
+) -> None:
+    """Revoke ``user``'s SCRAM credential: replace it with a random secret nobody keeps.
+
+    Never a deletion: Kafka 4.1-4.4 (``ScramDelta.apply``) drop every SCRAM user of a mechanism
+    when a restart replays, from an empty image, a metadata log holding a deleted user; the
+    broker then refuses even the admin (docs/decisions.md). An upsert cannot trigger it.
+    """
+    upsert_scram(admin, user, secrets.token_urlsafe(32), mechanism, timeout_s)

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from scheduler.records.errors import RecordDecodeError, RecordEncodeError
     from scheduler.records.types import (
         TOP_LEVEL,
-        AttemptReport,
+        ApiKeyRecord,
+    AttemptReport,
         CommandResult,
         DlqEntry,
         FinishedAttempt,
@@ -62,6 +63,7 @@ _ERRORS = ("RecordDecodeError", "RecordEncodeError")
 
 __all__ = [
     "TOP_LEVEL",
+    "ApiKeyRecord",
     "AttemptReport",
     "CommandResult",
     "DlqEntry",

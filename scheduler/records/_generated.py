@@ -565,8 +565,32 @@ class TenantRecord:
     retry_budget_per_min: int
     # Active or paused schedules the tenant may hold.
     max_schedules: int
+    # The tenant's HTTP API keys: each key's id and a hash of its secret (never the secret), and when it was
+    # revoked. Written by `ksched tenants api-key`; every API instance follows it, so a revocation is in force
+    # within seconds.
+    api_keys: tuple[ApiKeyRecord, ...] = ()
     # When this record was written (epoch ms UTC).
     updated_at_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApiKeyRecord:
+    """Avro ``ksched.v1.ApiKeyRecord``: One API key of a tenant. The key itself (ksk_<key_id>_<secret>) is
+    shown once, when it is created.
+    """
+
+    AVRO_NAME: ClassVar[str] = "ksched.v1.ApiKeyRecord"
+
+    # Public id of the key (12 hex digits): the part of the key that finds this record.
+    key_id: str
+    # scrypt$<log2 n>$<r>$<p>$<salt, base64>$<hash, base64> of the key's secret part.
+    secret_hash: str
+    # What the key is for (free text, shown by `ksched tenants api-key list`).
+    label: str = ""
+    # When the key was created (epoch ms UTC).
+    created_at_ms: int
+    # When the key was revoked (epoch ms UTC); null: in force.
+    revoked_at_ms: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -606,9 +630,9 @@ TOP_LEVEL: tuple[type[Record], ...] = (
 )
 NESTED: tuple[type[
     TenantDemand | RunningAttempt | RetryTimer | QueuedOccurrence | FinishedAttempt | ScheduleSpecRecord |
-    LaneCursor
+    LaneCursor | ApiKeyRecord
 ], ...] = (
     TenantDemand, RunningAttempt, RetryTimer, QueuedOccurrence, FinishedAttempt, ScheduleSpecRecord,
-    LaneCursor,
+    LaneCursor, ApiKeyRecord,
 )
 """The records that travel only inside another one."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from scheduler.records._generated import (
     NESTED,
     TOP_LEVEL,
+    ApiKeyRecord,
     AttemptReport,
     CommandResult,
     DlqEntry,
@@ -45,6 +46,7 @@ __all__ = [
     "NESTED",
     "NS",
     "TOP_LEVEL",
+    "ApiKeyRecord",
     "AttemptReport",
     "CommandResult",
     "DlqEntry",
