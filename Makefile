@@ -7,7 +7,7 @@ KSCHED := $(BIN)/ksched
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install postgres-server test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
+.PHONY: help install postgres-server java-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,6 +35,21 @@ postgres-server: ## install Debian's PostgreSQL server when pg_ctl is missing (t
 	echo "make: PostgreSQL server (pg_ctl) not found: installing Debian's postgresql package"; \
 	$(PG_APT_INSTALL) || { apt-get update -q && $(PG_APT_INSTALL); }; \
 	ls $(PG_CTL_GLOB) >/dev/null 2>&1 || { echo "make: postgresql installed but no $(PG_CTL_GLOB)"; exit 1; }
+
+# The Java example (examples/java) and the broker need a JDK 17+ and Maven: Debian's packages when missing.
+JAVA_APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jdk-headless maven
+
+java-tools: ## install a JDK 17 and Maven (Debian's packages) when javac or mvn is missing
+	@if command -v javac >/dev/null && command -v mvn >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: javac or mvn not found: run 'sudo apt-get install openjdk-17-jdk-headless maven'"; exit 1; \
+	fi; \
+	echo "make: javac or mvn not found: installing Debian's openjdk-17-jdk-headless and maven"; \
+	$(JAVA_APT_INSTALL) || { apt-get update -q && $(JAVA_APT_INSTALL); }
+
+java-example: install ## build examples/java with Maven (dependencies in ksched's Maven cache, kafka_cache_dir/m2)
+	@command -v mvn >/dev/null || { echo "make: mvn not found: install Maven (apt-get install maven) or run make java-tools"; exit 1; }
+	mvn -B -q -f examples/java/pom.xml -Dmaven.repo.local="$$($(BIN)/python -c 'from scheduler.settings import load_settings; print(load_settings().kafka_cache_dir)')/m2" package
 
 test: install postgres-server ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
