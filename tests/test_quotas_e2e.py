@@ -104,6 +104,16 @@ def dispatch_times(settings: Settings, tenant: str, until: float, min_attempt: i
         reader.close()
 
 
+def wait_split(a: InProcess, b: InProcess) -> None:
+    """Until the two processors own the four shards between them, then 2 s more (no rebalance
+    during the measure)."""
+    deadline = time.monotonic() + 90
+    while not (a.proc.owned and b.proc.owned and len(a.proc.owned) + len(b.proc.owned) == 4):
+        assert time.monotonic() < deadline, (sorted(a.proc.owned), sorted(b.proc.owned))
+        time.sleep(0.2)
+    time.sleep(2)
+
+
 def in_window(times: list[float], start: float, seconds: float = WINDOW_S) -> int:
     return sum(1 for t in times if start <= t < start + seconds)
 
@@ -140,11 +150,7 @@ def test_a_rate_holds_across_two_processors(space: Settings) -> None:
     a = InProcess(space, tenants, clock)
     b = InProcess(space, tenants, clock)
     try:
-        deadline = time.monotonic() + 90
-        while not (a.proc.owned and b.proc.owned and len(a.proc.owned) + len(b.proc.owned) == 4):
-            assert time.monotonic() < deadline, (sorted(a.proc.owned), sorted(b.proc.owned))
-            time.sleep(0.2)
-        time.sleep(2)  # settled: no rebalance during the measure
+        wait_split(a, b)
         shards = {min(a.proc.owned), min(b.proc.owned)}  # one shard of each processor
         due = int(time.time()) + 6
         create(space, "qb", ids_on(shards, rate * 18, space.partitions), due)
@@ -169,11 +175,7 @@ def test_the_retry_budget_holds_across_two_processors(space: Settings) -> None:
         raise RuntimeError("always failing: a retry each")
 
     try:
-        deadline = time.monotonic() + 90
-        while not (a.proc.owned and b.proc.owned and len(a.proc.owned) + len(b.proc.owned) == 4):
-            assert time.monotonic() < deadline, (sorted(a.proc.owned), sorted(b.proc.owned))
-            time.sleep(0.2)
-        time.sleep(2)  # settled: no rebalance during the measure
+        wait_split(a, b)
         with running(space, "qr", {"h": fail}, concurrency=16, tenants=tenants, worker_id="wr"):
             due = int(time.time()) + 6
             create(space, "qr", ids_on({0, 1, 2, 3}, per_s * 18, space.partitions), due,
