@@ -12,7 +12,7 @@ so). ``options=-c search_path=…`` in the DSN selects the schema.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -142,6 +142,16 @@ class PostgresHistoryStore(HistoryStore):
         out = [tuple(r) for r in self._conn.execute(query).fetchall()]  # type: ignore[arg-type]
         self._conn.rollback()
         return out
+
+    @property
+    def dialect(self) -> sql.Dialect:
+        return _D
+
+    def select(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        try:
+            return [tuple(r) for r in self._conn.execute(query, tuple(params)).fetchall()]  # type: ignore[arg-type]
+        finally:
+            _rollback_quietly(self._conn)
 
     def count(self, table: str) -> int:
         row = self._conn.execute(f"SELECT count(*) FROM {check_table(table)}").fetchone()  # type: ignore[arg-type]

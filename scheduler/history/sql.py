@@ -46,6 +46,8 @@ def ddl(d: Dialect) -> list[str]:
         f" attempt_count {b} NOT NULL, reason {t},"
         f" UNIQUE (schedule_id, version, scheduled_for_ms)){d.fill}",
         "CREATE INDEX IF NOT EXISTS occurrences_tenant_time ON occurrences (tenant, scheduled_for_ms)",
+        # the queries (queries.py): one schedule's occurrences by time, newest or in a window
+        "CREATE INDEX IF NOT EXISTS occurrences_schedule_time ON occurrences (schedule_id, scheduled_for_ms)",
         "CREATE TABLE IF NOT EXISTS attempts ("
         f" occurrence_id {t} NOT NULL, attempt_no {b} NOT NULL, token {t} NOT NULL, tenant {t} NOT NULL,"
         f" schedule_id {t} NOT NULL, worker_id {t} NOT NULL, started_at_ms {b}, last_heartbeat_ms {b},"

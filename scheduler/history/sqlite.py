@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from scheduler.history import sql
@@ -107,6 +107,13 @@ class SQLiteHistoryStore(HistoryStore):
 
     def rows(self, table: str, order_by: str) -> list[tuple[object, ...]]:
         return list(self._conn.execute(f"SELECT * FROM {check_table(table)} ORDER BY {order_by}"))
+
+    @property
+    def dialect(self) -> sql.Dialect:
+        return _D
+
+    def select(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        return list(self._conn.execute(query, tuple(params)))
 
     def count(self, table: str) -> int:
         row = self._conn.execute(f"SELECT count(*) FROM {check_table(table)}").fetchone()
