@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from scheduler.history import HistoryStore
 from scheduler.history import answers as A
-from scheduler.history.mapping import Batch
+from scheduler.history.mapping import Batch, Source
 from scheduler.history.views import OccurrenceView, Page
-from scheduler.records import Schedule
+from scheduler.records import Schedule, ScheduleHistoryEntry, encode
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 SF = T0_MS
@@ -93,6 +93,40 @@ def test_a_schedule_is_its_latest_version_with_the_spec_in_force(store: HistoryS
     assert b1 is not None and (b1.version, b1.state, b1.spec) == (2, "CANCELED", SPEC)
     assert store.schedule("acme", "s3") is None  # no spec indexed: not answered half-built
     assert store.schedule("acme", "nope") is None
+
+
+def _change(sid: str, rid: str, command: str, state: str, applied_ms: int, ts: int) -> Rec:
+    """A history entry of a PAUSE / RESUME (same version 1, no spec), recorded at Kafka time ``ts``."""
+    value = encode(ScheduleHistoryEntry(
+        schedule_id=sid, tenant="acme", version=1, command=command, request_id=rid, spec=None,  # type: ignore[arg-type]
+        state=state, applied_at_ms=applied_ms, effective_from_ms=applied_ms,  # type: ignore[arg-type]
+    ))
+    return Rec(Source.HISTORY, None, value, ts, sid)
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_pause_and_resume_keep_the_version_and_the_latest_change_wins(
+    store: HistoryStore, order: int
+) -> None:
+    # The processor's clock has whole seconds: both changes share applied_at; Kafka's time orders them.
+    recs = [history("acme", "p1", 1, "CREATE", "ACTIVE", SF),
+            _change("p1", "pause", "PAUSE", "PAUSED", SF + 1000, SF + 1003),
+            _change("p1", "resume", "RESUME", "ACTIVE", SF + 1000, SF + 1041),
+            _change("p2", "pause-2", "PAUSE", "PAUSED", SF + 2000, SF + 2000),
+            history("acme", "p2", 1, "CREATE", "ACTIVE", SF)]
+    for r in recs[::order]:
+        store.apply("g", _batch([r, r]), {})  # and each twice
+    p1, p2 = store.schedule("acme", "p1"), store.schedule("acme", "p2")
+    assert p1 is not None and (p1.version, p1.state, p1.paused_at_ms, p1.resumed_at_ms) == (
+        1, "ACTIVE", SF + 1000, SF + 1000)
+    assert p1.last_request_id == "resume" and p1.updated_at_ms == SF + 1000
+    assert p2 is not None and (p2.state, p2.paused_at_ms, p2.resumed_at_ms) == ("PAUSED", SF + 2000, None)
+    assert [(c.command, c.state, c.request_id) for c in store.changes("acme", "p1")] == [
+        ("CREATE", "ACTIVE", "r-1"), ("PAUSE", "PAUSED", "pause"), ("RESUME", "ACTIVE", "resume")]
+    assert [v.state for v in store.versions("acme", "p1")] == ["ACTIVE"]
+    assert [s.schedule_id for s in store.schedules("acme", state="PAUSED").items] == ["p2"]
+    assert store.has_change("acme", "p1", "resume") and not store.has_change("bravo", "p1", "resume")
+    assert not store.has_change("acme", "p1", "never")
 
 
 def test_a_tenant_never_sees_another_tenants_ids(store: HistoryStore) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from scheduler.history.views import AttemptView, NextFire, OccurrenceView, Page, VersionView
+from scheduler.history.views import AttemptView, ChangeView, NextFire, OccurrenceView, Page, VersionView
 from scheduler.records import Schedule, ScheduleSpecRecord
 from scheduler.vocabulary import ScheduleState
 
@@ -33,7 +33,7 @@ def spec_from_json(text: str | None) -> ScheduleSpecRecord | None:
 
 def schedule_record(row: Row) -> Schedule:
     """The ``Schedule`` of a :func:`~scheduler.history.queries.latest_schedules` row."""
-    (sid, version, tenant, state, effective_from_ms, request_id, applied_at_ms, spec, created,
+    (sid, version, tenant, state, effective_from_ms, request_id, updated_at_ms, spec, created,
      key, paused_at_ms, resumed_at_ms) = row
     record = spec_from_json(spec)
     assert record is not None  # the query leaves out schedules without an indexed spec
@@ -41,9 +41,9 @@ def schedule_record(row: Row) -> Schedule:
     return Schedule(
         tenant=tenant, schedule_id=sid, version=int(version), state=state, spec=record,
         created_at_ms=created_at,
-        updated_at_ms=int(applied_at_ms) if applied_at_ms is not None else created_at,
+        updated_at_ms=int(updated_at_ms) if updated_at_ms is not None else created_at,
         effective_from_ms=int(effective_from_ms), idempotency_key=key, paused_at_ms=paused_at_ms,
-        resumed_at_ms=resumed_at_ms, last_request_id=request_id if int(version) > 1 else None,
+        resumed_at_ms=resumed_at_ms, last_request_id=request_id,
     )
 
 
@@ -59,6 +59,12 @@ def versions(rows: Sequence[Row]) -> tuple[VersionView, ...]:
             applied_at_ms=applied, effective_from_ms=int(frm), effective_until_ms=until, spec=carried,
         ))
     return tuple(out)
+
+
+def change(row: Row) -> ChangeView:
+    version, command, state, request_id, applied, frm = row
+    return ChangeView(version=int(version), command=command, state=state, request_id=request_id,
+                      applied_at_ms=int(applied), effective_from_ms=int(frm))
 
 
 def occurrence(row: Row) -> OccurrenceView:

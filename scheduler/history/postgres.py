@@ -45,6 +45,7 @@ _ATT = sql.upsert_attempts(_D, "att_stage")
 _VER = sql.upsert_versions(_D)
 _UNTIL = sql.effective_until(_D, "schedule_id = ANY(%s)")
 _OFF = sql.upsert_offset(_D)
+_CHG = sql.insert_changes(_D)
 _SKIP = sql.add_skipped(_D)
 
 
@@ -112,6 +113,8 @@ class PostgresHistoryStore(HistoryStore):
                 if batch.versions:
                     cur.executemany(_VER, [batch.versions[k].as_tuple() for k in sorted(batch.versions)])  # type: ignore[arg-type]
                     cur.execute(_UNTIL, (sorted({k[0] for k in batch.versions}),))  # type: ignore[arg-type]
+                if batch.changes:
+                    cur.executemany(_CHG, [batch.changes[k].as_tuple() for k in sorted(batch.changes)])  # type: ignore[arg-type]
                 if batch.skipped:
                     cur.executemany(_SKIP, sorted(batch.skipped.items()))  # type: ignore[arg-type]
                 cur.executemany(_OFF, [(group, t, p, n) for (t, p), n in sorted(offsets.items())])  # type: ignore[arg-type]

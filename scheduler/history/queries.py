@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from scheduler.history import answers
 from scheduler.history.sql import POSTGRES, Dialect
-from scheduler.history.views import OccurrenceDetail, OccurrenceView, Page, VersionView
+from scheduler.history.views import ChangeView, OccurrenceDetail, OccurrenceView, Page, VersionView
 from scheduler.records import Schedule
 
 MAX_LIMIT = 1000
@@ -32,8 +32,27 @@ _OCC_COLS = ("occurrence_id, schedule_id, version, scheduled_for_ms, available_a
              " state, state_at_ms, attempt_count, reason")
 _ATT_COLS = ("attempt_no, token, worker_id, started_at_ms, last_heartbeat_ms, finished_at_ms, result,"
              " retryable, error_class, error_message")
-_VER_COLS = ("schedule_id, version, state, command, request_id, applied_at_ms, effective_from_ms,"
-             " effective_until_ms, spec_json")
+_CHG_COLS = "version, command, state, request_id, applied_at_ms, effective_from_ms"
+_LAST_CHANGE = (" FROM schedule_changes ch WHERE ch.schedule_id = {a}.schedule_id"
+                " AND ch.version = {a}.version"
+                " ORDER BY ch.applied_at_ms DESC, ch.recorded_at_ms DESC LIMIT 1")
+
+
+def state_of(alias: str) -> str:
+    """The state of the version row ``alias``: COMPLETED (the processor's own change, no command)
+    or else the state of its latest accepted command; the row's rank-merged state until that is
+    indexed. (PAUSE / RESUME keep the version, so a rank merge alone would stay PAUSED.)"""
+    return (f"CASE WHEN {alias}.state = 'COMPLETED' THEN 'COMPLETED' ELSE"
+            f" COALESCE((SELECT ch.state{_LAST_CHANGE.format(a=alias)}), {alias}.state) END")
+
+
+def _last_at(command: str) -> str:
+    return (f"(SELECT max(ch.applied_at_ms) FROM schedule_changes ch WHERE ch.schedule_id = s.schedule_id"
+            f" AND ch.command = '{command}')")
+
+
+_VER_COLS = (f"s.schedule_id, s.version, {state_of('s')}, s.command, s.request_id, s.applied_at_ms,"
+             " s.effective_from_ms, s.effective_until_ms, s.spec_json")
 
 
 def check_limit(limit: int) -> int:
@@ -61,12 +80,15 @@ def latest_schedules(
     spec = ("(SELECT p.spec_json FROM schedules p WHERE p.schedule_id = s.schedule_id AND p.version <="
             " s.version AND p.spec_json IS NOT NULL ORDER BY p.version DESC LIMIT 1)")
     inner = (
-        "SELECT s.schedule_id, s.version, s.tenant, s.state, s.effective_from_ms, s.request_id,"
-        f" s.applied_at_ms, {spec} AS spec_eff,"
+        f"SELECT s.schedule_id, s.version, s.tenant, {state_of('s')} AS state, s.effective_from_ms,"
+        f" COALESCE((SELECT ch.request_id{_LAST_CHANGE.format(a='s')}), s.request_id) AS request_eff,"
+        " (SELECT max(ch.applied_at_ms) FROM schedule_changes ch WHERE ch.schedule_id = s.schedule_id)"
+        f" AS updated_eff, {spec} AS spec_eff,"
         " (SELECT min(COALESCE(c.created_at_ms, c.applied_at_ms)) FROM schedules c"
         " WHERE c.schedule_id = s.schedule_id) AS created_eff,"
         " (SELECT max(k.idempotency_key) FROM schedules k WHERE k.schedule_id = s.schedule_id) AS key_eff,"
-        " s.paused_at_ms, s.resumed_at_ms FROM schedules s"
+        f" COALESCE({_last_at('PAUSE')}, s.paused_at_ms), COALESCE({_last_at('RESUME')}, s.resumed_at_ms)"
+        " FROM schedules s"
         f" WHERE s.tenant = {m} AND s.version = (SELECT max(v.version) FROM schedules v"
         " WHERE v.schedule_id = s.schedule_id)"
     )
@@ -151,10 +173,29 @@ class StoreQueries:
         """Every indexed version of ``tenant``'s ``schedule_id``, oldest first (empty: none)."""
         m = self.dialect.mark
         rows = self.select(
-            f"SELECT {_VER_COLS} FROM schedules WHERE tenant = {m} AND schedule_id = {m} ORDER BY version",
+            f"SELECT {_VER_COLS} FROM schedules s WHERE s.tenant = {m} AND s.schedule_id = {m}"
+            " ORDER BY s.version",
             [tenant, schedule_id],
         )
         return answers.versions(rows)
+
+    def changes(self, tenant: str, schedule_id: str) -> tuple[ChangeView, ...]:
+        """Every indexed accepted command of ``tenant``'s ``schedule_id``, oldest first."""
+        m = self.dialect.mark
+        rows = self.select(
+            f"SELECT {_CHG_COLS} FROM schedule_changes WHERE tenant = {m} AND schedule_id = {m}"
+            " ORDER BY version, applied_at_ms, recorded_at_ms",
+            [tenant, schedule_id],
+        )
+        return tuple(answers.change(r) for r in rows)
+
+    def has_change(self, tenant: str, schedule_id: str, request_id: str) -> bool:
+        """Whether the accepted command ``request_id`` of ``schedule_id`` is indexed (read-your-writes)."""
+        m = self.dialect.mark
+        return bool(self.select(
+            f"SELECT 1 FROM schedule_changes WHERE tenant = {m} AND schedule_id = {m} AND request_id = {m}",
+            [tenant, schedule_id, request_id],
+        ))
 
     def occurrence(self, tenant: str, occurrence_id: str) -> OccurrenceDetail | None:
         """``tenant``'s occurrence ``occurrence_id`` with every attempt, or None."""

@@ -33,6 +33,7 @@ _VER = sql.upsert_versions(_D)
 _OFF = sql.upsert_offset(_D)
 _SKIP = sql.add_skipped(_D)
 _UNTIL_ONE = sql.effective_until(_D, "schedule_id = ?")
+_CHG = sql.insert_changes(_D)
 
 
 class SQLiteHistoryStore(HistoryStore):
@@ -78,6 +79,8 @@ class SQLiteHistoryStore(HistoryStore):
             if batch.versions:
                 c.executemany(_VER, [r.as_tuple() for r in batch.versions.values()])
                 c.executemany(_UNTIL_ONE, [(sid,) for sid in {k[0] for k in batch.versions}])
+            if batch.changes:
+                c.executemany(_CHG, [r.as_tuple() for r in batch.changes.values()])
             if batch.skipped:
                 c.executemany(_SKIP, list(batch.skipped.items()))
             c.executemany(_OFF, [(group, t, p, n) for (t, p), n in offsets.items()])

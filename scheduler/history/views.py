@@ -17,11 +17,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VersionView:
-    """One version of a schedule: the change that made it and the interval it was in effect.
+    """One version of a schedule (made by a CREATE or an UPDATE) and the interval it was in effect.
 
-    ``spec`` is the spec in force in this version (a PAUSE / RESUME / CANCEL keeps the one
-    before it); ``effective_until_ms`` is the next version's ``effective_from_ms``, None for
-    the latest.
+    ``state`` is the state it was left in (for the latest: the schedule's current state);
+    ``effective_until_ms`` is the next version's ``effective_from_ms``, None for the latest.
+    ``spec`` is None only while the indexer has not read the record that carries it.
     """
 
     schedule_id: str
@@ -33,6 +33,19 @@ class VersionView:
     effective_from_ms: int
     effective_until_ms: int | None
     spec: ScheduleSpecRecord | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChangeView:
+    """One accepted command of a schedule (CREATE, UPDATE, PAUSE, RESUME, CANCEL), in order; a
+    PAUSE, RESUME or CANCEL keeps the version, so this is where they show."""
+
+    version: int
+    command: str
+    state: str
+    request_id: str
+    applied_at_ms: int
+    effective_from_ms: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,11 +106,12 @@ class NextFire:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScheduleDescription:
-    """``describe``: the current schedule, its versions, its next fires and its last occurrences
-    (newest first). ``next_fires`` is empty unless the schedule is ACTIVE."""
+    """``describe``: the current schedule, its versions, every accepted command (oldest first), its
+    next fires and its last occurrences (newest first). ``next_fires`` is empty unless ACTIVE."""
 
     schedule: Schedule
     versions: tuple[VersionView, ...]
+    changes: tuple[ChangeView, ...]
     next_fires: tuple[NextFire, ...]
     last_occurrences: tuple[OccurrenceView, ...]
 
