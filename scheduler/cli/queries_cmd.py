@@ -41,7 +41,8 @@ def register_schedule_queries(s: Any) -> None:
     ls = s.add_parser("list", help="the tenant's schedules (JSON lines), by id, from the history store")
     ls.add_argument("--tenant", required=True)
     ls.add_argument("--state", choices=[x.value for x in ScheduleState])
-    ls.add_argument("--handler", help="only schedules whose current spec targets this handler")
+    ls.add_argument("--handler", dest="handler_name",
+                    help="only schedules whose current spec targets this handler")
     _paging(ls)
     ls.set_defaults(handler=_list)
     d = s.add_parser("describe", help="spec, state, versions, next fire times and last occurrences")
@@ -141,8 +142,8 @@ def _get(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from scheduler.cli.render import schedule_json
 
-    page = _answer(lambda r: r.list(args.tenant, state=args.state, handler=args.handler, cursor=args.cursor,
-                                    limit=args.limit))
+    page = _answer(lambda r: r.list(args.tenant, state=args.state, handler=args.handler_name,
+                                    cursor=args.cursor, limit=args.limit))
     if page is None:
         return 1
     for s in page.items:

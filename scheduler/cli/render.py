@@ -85,6 +85,9 @@ def description_json(d: ScheduleDescription) -> dict[str, Any]:
     return {
         **schedule_json(d.schedule),
         "versions": [version_json(v) for v in d.versions],
+        "changes": [{"version": x.version, "command": x.command, "state": x.state, "request_id": x.request_id,
+                     "applied_at": iso(x.applied_at_ms), "effective_from": iso(x.effective_from_ms)}
+                    for x in d.changes],
         "next_fires": [{"scheduled_for": iso(f.scheduled_for_ms), "available_at": iso(f.available_at_ms)}
                        for f in d.next_fires],
         "last_occurrences": [occurrence_json(o) for o in d.last_occurrences],
@@ -100,7 +103,7 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Any:
 
     t = Table(title=title)
     for c in columns:
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # an id wraps, never ends in "…": it can be copied
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
     return t
@@ -127,6 +130,9 @@ def print_description(d: ScheduleDescription) -> None:
     c.print(_table("versions", ["v", "command", "state", "effective_from", "effective_until", "applied_at"],
                    [[v.version, v.command, v.state, iso(v.effective_from_ms),
                      iso(v.effective_until_ms) or "-", iso(v.applied_at_ms)] for v in d.versions]))
+    c.print(_table("changes", ["v", "command", "state", "applied_at", "effective_from"],
+                   [[x.version, x.command, x.state, iso(x.applied_at_ms), iso(x.effective_from_ms)]
+                    for x in d.changes]))
     c.print(_table("next fire times", ["#", "scheduled_for", "available_at"],
                    [[n, iso(f.scheduled_for_ms), iso(f.available_at_ms)]
                     for n, f in enumerate(d.next_fires, 1)]))
