@@ -119,21 +119,26 @@ def _instant(flag: str, text: str | None, default_ms: int) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     from scheduler.cli.render import schedule_json
-    from scheduler.client import HistoryNotIndexed, read_schedule
+    from scheduler.client import HistoryNotIndexed, ScheduleNotFound, read_schedule
     from scheduler.settings import load_settings
 
     def get(r: HistoryReader) -> Any:
         try:
             r.store()
         except HistoryNotIndexed:  # the documented fallback: the id's one partition of the topic
-            return read_schedule(load_settings(), args.tenant, args.schedule_id) or False
-        return r.schedule(args.tenant, args.schedule_id) or False
+            found = read_schedule(load_settings(), args.tenant, args.schedule_id)
+            if found is None:
+                raise ScheduleNotFound(f"schedule_id {args.schedule_id!r} not found for tenant "
+                                       f"{args.tenant!r} (read from its topic: no history store is fed)"
+                                       ) from None
+            return found
+        s = r.schedule(args.tenant, args.schedule_id)
+        if s is None:
+            raise r.not_found(args.tenant, args.schedule_id)
+        return s
 
     s = _answer(get)
-    if not s:
-        if s is False:
-            print(f"ksched: error: schedule {args.schedule_id} not found for tenant {args.tenant}",
-                  file=sys.stderr)
+    if s is None:
         return 1
     print(json.dumps(schedule_json(s)))
     return 0
