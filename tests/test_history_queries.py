@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
@@ -19,35 +18,25 @@ from history_backends import HistoryBackend
 from history_records import SPEC, T0_MS, Rec, dispatch, event, history, oid, report, schedule, story
 from hypothesis import given
 from hypothesis import strategies as st
+from test_history_store import backend, batch_of
 
 from scheduler.history import HistoryStore
 from scheduler.history import answers as A
-from scheduler.history.mapping import Batch, Source
+from scheduler.history.mapping import Source
 from scheduler.history.views import OccurrenceView, Page
 from scheduler.records import Schedule, ScheduleHistoryEntry, encode
 
-KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+__all__ = ["backend"]  # the SQLite / PostgreSQL fixture of test_history_store.py
 SF = T0_MS
 OTHER = replace(SPEC, handler="other")
 T = TypeVar("T")
 
 
-@pytest.fixture(params=KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HistoryStore]:
-    if request.param == "sqlite":
-        backend = HistoryBackend("sqlite", f"sqlite://{tmp_path / 'history.db'}")
-    else:
-        backend = HistoryBackend("postgres", request.getfixturevalue("pg_dsn"))
+@pytest.fixture
+def store(backend: HistoryBackend) -> Iterator[HistoryStore]:
     with backend.store() as s:
-        s.apply("g", _batch(_records()), {("ns.dispatch.acme", 0): 5})
+        s.apply("g", batch_of(_records()), {("ns.dispatch.acme", 0): 5})
         yield s
-
-
-def _batch(recs: list[Rec]) -> Batch:
-    b = Batch()
-    for r in recs:
-        b.add(r.source, r.tenant, r.value, r.ts)
-    return b
 
 
 def _records() -> list[Rec]:
@@ -115,7 +104,7 @@ def test_pause_and_resume_keep_the_version_and_the_latest_change_wins(
             _change("p2", "pause-2", "PAUSE", "PAUSED", SF + 2000, SF + 2000),
             history("acme", "p2", 1, "CREATE", "ACTIVE", SF)]
     for r in recs[::order]:
-        store.apply("g", _batch([r, r]), {})  # and each twice
+        store.apply("g", batch_of([r, r]), {})  # and each twice
     p1, p2 = store.schedule("acme", "p1"), store.schedule("acme", "p2")
     assert p1 is not None and (p1.version, p1.state, p1.paused_at_ms, p1.resumed_at_ms) == (
         1, "ACTIVE", SF + 1000, SF + 1000)

@@ -165,25 +165,24 @@ def _describe(args: argparse.Namespace) -> int:
         raise UsageError(f"--next {args.next} / --last {args.last}: each must be 0 to 1000")
     d = _answer(lambda r: r.describe(args.tenant, args.schedule_id, next_count=args.next,
                                      last_count=args.last))
-    if d is None:
-        return 1
-    if args.json:
-        print(json.dumps(render.description_json(d)))
-    else:
-        render.print_description(d)
-    return 0
+    return _show(d, args.json, render.description_json, render.print_description)
 
 
 def _occurrence(args: argparse.Namespace) -> int:
     from scheduler.cli import render
 
     found = _answer(lambda r: r.occurrence(args.tenant, args.occurrence_id))
-    if found is None:
+    return _show(found, args.json, render.detail_json, render.print_detail)
+
+
+def _show(answer: _T | None, as_json: bool, to_json: Callable[[_T], Any], table: Callable[[_T], None]) -> int:
+    """Print an answer as one JSON document or as tables; exit 1 when there was none."""
+    if answer is None:
         return 1
-    if args.json:
-        print(json.dumps(render.detail_json(found)))
+    if as_json:
+        print(json.dumps(to_json(answer)))
     else:
-        render.print_detail(found)
+        table(answer)
     return 0
 
 

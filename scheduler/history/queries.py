@@ -68,6 +68,14 @@ def _json_text(d: Dialect, expr: str, key: str) -> str:
     return f"json_extract({expr}, '$.{key}')"
 
 
+def _optional(where: list[str], params: list[object], mark: str, filters: list[tuple[str, object]]) -> None:
+    """Add ``expr = value`` to ``where`` for each filter whose value is given (not None)."""
+    for expr, value in filters:
+        if value is not None:
+            where.append(f"{expr} = {mark}")
+            params.append(value)
+
+
 def latest_schedules(
     d: Dialect, tenant: str, *, schedule_id: str | None = None, state: str | None = None,
     handler: str | None = None, after: str | None = None, limit: int = DEFAULT_LIMIT,
@@ -97,12 +105,7 @@ def latest_schedules(
         inner += f" AND s.schedule_id = {m}"
         params.append(schedule_id)
     where = ["q.spec_eff IS NOT NULL"]
-    if state is not None:
-        where.append(f"q.state = {m}")
-        params.append(state)
-    if handler is not None:
-        where.append(f"{_json_text(d, 'q.spec_eff', 'handler')} = {m}")
-        params.append(handler)
+    _optional(where, params, m, [("q.state", state), (_json_text(d, "q.spec_eff", "handler"), handler)])
     if after is not None:
         where.append(f"q.schedule_id > {m}")
         params.append(after)
@@ -120,12 +123,7 @@ def occurrences_query(
     m = d.mark
     where = [f"tenant = {m}", f"scheduled_for_ms >= {m}", f"scheduled_for_ms < {m}"]
     params: list[object] = [tenant, from_ms, to_ms]
-    if schedule_id is not None:
-        where.append(f"schedule_id = {m}")
-        params.append(schedule_id)
-    if state is not None:
-        where.append(f"state = {m}")
-        params.append(state)
+    _optional(where, params, m, [("schedule_id", schedule_id), ("state", state)])
     if after is not None:
         where.append(f"(scheduled_for_ms > {m} OR (scheduled_for_ms = {m} AND occurrence_id > {m}))")
         params.extend([after[0], after[0], after[1]])
