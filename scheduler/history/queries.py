@@ -122,7 +122,8 @@ def occurrences_query(
     to_ms``, ordered by ``(scheduled_for_ms, occurrence_id)``, after the cursor ``after``."""
     m = d.mark
     where = [f"tenant = {m}", f"scheduled_for_ms >= {m}", f"scheduled_for_ms < {m}"]
-    params: list[object] = [tenant, from_ms, to_ms]
+    # the cursor also raises the window's lower bound: an index range, not a scan of every page before
+    params: list[object] = [tenant, from_ms if after is None else max(from_ms, after[0]), to_ms]
     _optional(where, params, m, [("schedule_id", schedule_id), ("state", state)])
     if after is not None:
         where.append(f"(scheduled_for_ms > {m} OR (scheduled_for_ms = {m} AND occurrence_id > {m}))")
