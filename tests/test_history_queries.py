@@ -241,3 +241,13 @@ def test_a_view_has_no_lag_until_it_was_enqueued() -> None:
                        available_at_ms=None, enqueued_at_ms=None, state="MISSED", state_at_ms=11,
                        attempt_count=0, reason="late")
     assert o.lag_ms is None and replace(o, enqueued_at_ms=15).lag_ms == 5
+
+
+def test_the_queries_benchmark_fills_a_store_and_times_every_query(backend: HistoryBackend) -> None:
+    from scheduler.bench.queries import fill, measure
+
+    with backend.store() as s:
+        assert fill(s, schedules=4, per_schedule=30) == 240
+        assert s.count("occurrences") == 240 and len(s.schedules("acme").items) == 4
+        result = measure(s, schedules=4, per_schedule=30, runs=3)
+    assert len(result) == 6 and all(0 <= r["median_ms"] <= r["p95_ms"] for r in result.values())
