@@ -4,6 +4,8 @@
 the merge rules); :class:`HistoryStore` (``base.py``) is the contract, :class:`SQLiteHistoryStore`
 the embedded default and :class:`PostgresHistoryStore` the production store;
 :mod:`~scheduler.history.indexer` is the thin Kafka loop (imported on its own: it needs Kafka).
+The read queries (SDK, CLI, API) are methods of every store: :mod:`~scheduler.history.queries`,
+answering the frozen values of :mod:`~scheduler.history.views`.
 """
 
 from __future__ import annotations
