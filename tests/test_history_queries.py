@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
@@ -22,7 +23,7 @@ from test_history_store import backend, batch_of
 
 from scheduler.history import HistoryStore
 from scheduler.history import answers as A
-from scheduler.history.mapping import Source
+from scheduler.history.mapping import Batch, Source
 from scheduler.history.views import OccurrenceView, Page
 from scheduler.records import Schedule, ScheduleHistoryEntry, encode
 
@@ -251,3 +252,30 @@ def test_the_queries_benchmark_fills_a_store_and_times_every_query(backend: Hist
         assert s.count("occurrences") == 240 and len(s.schedules("acme").items) == 4
         result = measure(s, schedules=4, per_schedule=30, runs=3)
     assert len(result) == 6 and all(0 <= r["median_ms"] <= r["p95_ms"] for r in result.values())
+
+
+def test_a_reader_waits_for_its_own_change_and_names_a_lagging_indexer(tmp_path: Path) -> None:
+    from scheduler.client import HistoryLagging, HistoryNotIndexed, HistoryReader, ScheduleNotFound
+    from scheduler.settings import Settings
+
+    dsn = f"sqlite://{tmp_path / 'h.db'}"
+    reader = HistoryReader(Settings(history_dsn=dsn, namespace="ns"), wait_s=0.3)
+    with pytest.raises(HistoryNotIndexed, match=r"no such file.*history_dsn"):
+        reader.schedule("acme", "p1")
+    with HistoryBackend("sqlite", dsn).store() as writer:
+        writer.apply("g", batch_of([history("acme", "p1", 1, "CREATE", "ACTIVE", SF)]), {})
+        with pytest.raises(HistoryNotIndexed, match="has indexed nothing of namespace 'ns'"):
+            reader.schedule("acme", "p1")  # rows, but no offsets of a topic of this namespace
+        writer.apply("g", Batch(), {("ns.schedule-history", 0): 1})
+        assert (s := reader.schedule("acme", "p1")) is not None and s.state == "ACTIVE"
+        reader.noted("acme", "p1", 1, "pause")  # this process's PAUSE was accepted, not yet indexed
+        with pytest.raises(HistoryLagging, match="has not indexed request pause"):
+            reader.schedule("acme", "p1")  # not the ACTIVE of before its own pause
+        writer.apply("g", batch_of([_change("p1", "pause", "PAUSE", "PAUSED", SF + 1000, SF + 1000)]), {})
+        assert (s := reader.schedule("acme", "p1")) is not None and s.state == "PAUSED"
+        reader.noted("acme", "p2", 1, None)  # a replayed create elsewhere: its version is enough
+        with pytest.raises(HistoryLagging):
+            reader.schedule("acme", "p2")
+        with pytest.raises(ScheduleNotFound, match="schedule_id 'p3' not found for tenant 'acme'"):
+            reader.describe("acme", "p3")
+    reader.close()

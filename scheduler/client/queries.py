@@ -89,15 +89,19 @@ class HistoryReader:
         which changed nothing): its reads of the schedule must show at least that."""
         self._written[(tenant, schedule_id)] = (version, request_id)
 
-    def _shows(self, s: Schedule | None, tenant: str, schedule_id: str) -> bool:
+    def _caught_up(self, tenant: str, schedule_id: str) -> bool:
+        """Whether the store has indexed the last change this process got accepted. Checked before
+        the schedule is read, never after: a change indexed between a read and this check would
+        pass it while the read still showed the state before it."""
         want = self._written.get((tenant, schedule_id))
         if want is None:
             return True
         version, request_id = want
-        if s is None or s.version < version:
-            return False
-        return s.version > version or request_id is None or \
-            self.store().has_change(tenant, schedule_id, request_id)
+        store = self.store()
+        if request_id is not None and store.has_change(tenant, schedule_id, request_id):
+            return True
+        s = store.schedule(tenant, schedule_id)  # versions only grow: a later read shows at least this
+        return s is not None and (s.version > version or (request_id is None and s.version >= version))
 
     def schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
         """The current schedule (None: ``tenant`` has none with this id), showing at least the last
@@ -106,9 +110,8 @@ class HistoryReader:
         check_schedule_id(schedule_id)
         deadline = time.monotonic() + self.wait_s
         while True:
-            s = self.store().schedule(tenant, schedule_id)
-            if self._shows(s, tenant, schedule_id):
-                return s
+            if self._caught_up(tenant, schedule_id):
+                return self.store().schedule(tenant, schedule_id)
             if time.monotonic() >= deadline:
                 version, request_id = self._written[(tenant, schedule_id)]
                 raise HistoryLagging(
