@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "worker_cmd",
     "history_cmd",
     "schedule_cmd",
+    "queries_cmd",
     "dlq_cmd",
     "demo_cmd",
     "bench_cmd",

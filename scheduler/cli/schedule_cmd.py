@@ -1,10 +1,9 @@
-"""``ksched schedule create|get|list|update|pause|resume|cancel`` on top of the SDK."""
+"""``ksched schedule create|update|pause|resume|cancel`` on top of the SDK (``get|list|describe``:
+``queries_cmd.py``)."""
 
 from __future__ import annotations
 
 import argparse
-import base64
-import dataclasses
 import functools
 import json
 import sys
@@ -68,13 +67,9 @@ def register(sub: Any) -> None:
         c.add_argument("schedule_id")
         c.add_argument("--expected-version", type=int)
         c.set_defaults(handler=_state, action=name)
-    g2 = s.add_parser("get")
-    g2.add_argument("--tenant", required=True)
-    g2.add_argument("schedule_id")
-    g2.set_defaults(handler=_get)
-    ls = s.add_parser("list")
-    ls.add_argument("--tenant", required=True)
-    ls.set_defaults(handler=_list)
+    from scheduler.cli.queries_cmd import register_schedule_queries
+
+    register_schedule_queries(s)  # get, list, describe: the history store
 
 
 def _changes(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,46 +183,3 @@ def _state(args: argparse.Namespace) -> int:
             args.tenant, args.schedule_id, expected_version=args.expected_version
         ),
     ))
-
-
-def _show(s: Any) -> dict[str, Any]:
-    spec = {k: v for k, v in dataclasses.asdict(s.spec).items() if k != "payload"}
-    try:
-        spec["payload"] = s.spec.payload.decode()
-    except UnicodeDecodeError:
-        spec["payload_base64"] = base64.b64encode(s.spec.payload).decode()
-    return {
-        "schedule_id": s.schedule_id,
-        "tenant": s.tenant,
-        "version": s.version,
-        "state": s.state,
-        "cron": s.spec.cron,
-        "at": s.spec.at,
-        "timezone": s.spec.timezone,
-        "handler": s.spec.handler,
-        "spec": spec,
-    }
-
-
-def _get(args: argparse.Namespace) -> int:
-    from scheduler.client import read_schedule
-    from scheduler.settings import load_settings
-
-    _ids(args)
-    s = _checked(lambda: read_schedule(load_settings(), args.tenant, args.schedule_id))
-    if s is None:
-        print(f"ksched: error: schedule {args.schedule_id} not found for tenant {args.tenant}",
-              file=sys.stderr)
-        return 1
-    print(json.dumps(_show(s)))
-    return 0
-
-
-def _list(args: argparse.Namespace) -> int:
-    from scheduler.client import read_schedules
-    from scheduler.settings import load_settings
-
-    _ids(args)
-    for s in read_schedules(load_settings(), args.tenant).values():
-        print(json.dumps(_show(s)))
-    return 0

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Self
 
 from scheduler.history.mapping import Batch
+from scheduler.history.queries import StoreQueries
 from scheduler.history.sql import TABLES
 
 #: A partition as the store keys it: (topic, partition).
@@ -36,10 +37,11 @@ class HistoryConflictError(HistoryStoreError):
     scheduled_for). Nothing of the batch was written; rebuild it with ``verify_ids=True``."""
 
 
-class HistoryStore(ABC):
+class HistoryStore(StoreQueries, ABC):
     """One connection to a history database; single-threaded (the indexer's loop owns it).
 
     The schema is created on open (idempotently). A store is a context manager that closes itself.
+    The read queries (:class:`~scheduler.history.queries.StoreQueries`) are built on ``select``.
     """
 
     @abstractmethod

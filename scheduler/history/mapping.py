@@ -39,6 +39,7 @@ from scheduler.domain.ids import occurrence_id as expected_occurrence_id
 from scheduler.history.readers import dispatch_fields, event_fields
 from scheduler.history.rows import (
     AttemptRow,
+    ChangeRow,
     OccurrenceRow,
     VersionRow,
     merge_attempt,
@@ -107,6 +108,7 @@ class Batch:
     occurrences: dict[str, OccurrenceRow] = field(default_factory=dict)
     attempts: dict[tuple[str, int, str], AttemptRow] = field(default_factory=dict)
     versions: dict[tuple[str, int], VersionRow] = field(default_factory=dict)
+    changes: dict[tuple[str, str], ChangeRow] = field(default_factory=dict)
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
@@ -227,6 +229,10 @@ def _add_history(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None
     batch.put_version(VersionRow(
         h.schedule_id, h.version, h.tenant, str(h.state), h.effective_from_ms, str(h.command),
         h.request_id, h.applied_at_ms, spec_json(h.spec), None, None, None, None,
+    ))
+    batch.changes.setdefault((h.schedule_id, h.request_id), ChangeRow(
+        h.schedule_id, h.request_id, h.tenant, h.version, str(h.command), str(h.state), h.applied_at_ms,
+        h.effective_from_ms, ts,
     ))
     return None
 

@@ -12,7 +12,7 @@ so). ``options=-c search_path=…`` in the DSN selects the schema.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -45,6 +45,7 @@ _ATT = sql.upsert_attempts(_D, "att_stage")
 _VER = sql.upsert_versions(_D)
 _UNTIL = sql.effective_until(_D, "schedule_id = ANY(%s)")
 _OFF = sql.upsert_offset(_D)
+_CHG = sql.insert_changes(_D)
 _SKIP = sql.add_skipped(_D)
 
 
@@ -112,6 +113,8 @@ class PostgresHistoryStore(HistoryStore):
                 if batch.versions:
                     cur.executemany(_VER, [batch.versions[k].as_tuple() for k in sorted(batch.versions)])  # type: ignore[arg-type]
                     cur.execute(_UNTIL, (sorted({k[0] for k in batch.versions}),))  # type: ignore[arg-type]
+                if batch.changes:
+                    cur.executemany(_CHG, [batch.changes[k].as_tuple() for k in sorted(batch.changes)])  # type: ignore[arg-type]
                 if batch.skipped:
                     cur.executemany(_SKIP, sorted(batch.skipped.items()))  # type: ignore[arg-type]
                 cur.executemany(_OFF, [(group, t, p, n) for (t, p), n in sorted(offsets.items())])  # type: ignore[arg-type]
@@ -142,6 +145,16 @@ class PostgresHistoryStore(HistoryStore):
         out = [tuple(r) for r in self._conn.execute(query).fetchall()]  # type: ignore[arg-type]
         self._conn.rollback()
         return out
+
+    @property
+    def dialect(self) -> sql.Dialect:
+        return _D
+
+    def select(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        try:
+            return [tuple(r) for r in self._conn.execute(query, tuple(params)).fetchall()]  # type: ignore[arg-type]
+        finally:
+            _rollback_quietly(self._conn)
 
     def count(self, table: str) -> int:
         row = self._conn.execute(f"SELECT count(*) FROM {check_table(table)}").fetchone()  # type: ignore[arg-type]

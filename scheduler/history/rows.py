@@ -232,3 +232,31 @@ def merge_version(old: VersionRow, new: VersionRow) -> VersionRow:
         if getattr(old, name) is None:
             setattr(old, name, getattr(new, name))
     return old
+
+
+@dataclass(slots=True)
+class ChangeRow:
+    """``schedule_changes``: one accepted command of a schedule (a ``schedule-history`` entry),
+    keyed (schedule_id, request_id). PAUSE, RESUME and CANCEL keep the schedule's version, so
+    their state changes live here, not in ``schedules`` (whose ``state`` merges by rank within
+    a version); the queries take a version's state from its latest change by
+    ``(applied_at_ms, recorded_at_ms)`` (the processor's clock has whole seconds). Immutable: a
+    record read twice is the same row (``ON CONFLICT DO NOTHING``)."""
+
+    schedule_id: str
+    request_id: str
+    tenant: str
+    version: int
+    command: str
+    state: str
+    applied_at_ms: int
+    effective_from_ms: int
+    recorded_at_ms: int  # the history record's Kafka timestamp: orders two changes in one second
+
+    def as_tuple(self) -> tuple[object, ...]:
+        return (self.schedule_id, self.request_id, self.tenant, self.version, self.command, self.state,
+                self.applied_at_ms, self.effective_from_ms, self.recorded_at_ms)
+
+
+CHANGE_COLUMNS = ("schedule_id", "request_id", "tenant", "version", "command", "state", "applied_at_ms",
+                  "effective_from_ms", "recorded_at_ms")

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.history.rows import ATTEMPT_COLUMNS, OCCURRENCE_COLUMNS, VERSION_COALESCED, VERSION_COLUMNS
+from scheduler.history.rows import (
+    ATTEMPT_COLUMNS,
+    CHANGE_COLUMNS,
+    OCCURRENCE_COLUMNS,
+    VERSION_COALESCED,
+    VERSION_COLUMNS,
+)
 
 #: Every table of the store, in the order ``reset`` empties them.
-TABLES = ("occurrences", "attempts", "schedules", "consumer_offsets", "history_skipped")
+TABLES = ("occurrences", "attempts", "schedules", "consumer_offsets", "history_skipped", "schedule_changes")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ def ddl(d: Dialect) -> list[str]:
         f" attempt_count {b} NOT NULL, reason {t},"
         f" UNIQUE (schedule_id, version, scheduled_for_ms)){d.fill}",
         "CREATE INDEX IF NOT EXISTS occurrences_tenant_time ON occurrences (tenant, scheduled_for_ms)",
+        # the queries (queries.py): one schedule's occurrences by time, newest or in a window
+        "CREATE INDEX IF NOT EXISTS occurrences_schedule_time ON occurrences (schedule_id, scheduled_for_ms)",
         "CREATE TABLE IF NOT EXISTS attempts ("
         f" occurrence_id {t} NOT NULL, attempt_no {b} NOT NULL, token {t} NOT NULL, tenant {t} NOT NULL,"
         f" schedule_id {t} NOT NULL, worker_id {t} NOT NULL, started_at_ms {b}, last_heartbeat_ms {b},"
@@ -61,6 +69,12 @@ def ddl(d: Dialect) -> list[str]:
         f" group_id {t} NOT NULL, topic {t} NOT NULL, partition {b} NOT NULL, next_offset {b} NOT NULL,"
         " PRIMARY KEY (group_id, topic, partition))",
         f"CREATE TABLE IF NOT EXISTS history_skipped (reason {t} PRIMARY KEY, records {b} NOT NULL)",
+        # added for the queries (issue 12 item 2): every accepted command, PAUSE/RESUME/CANCEL included
+        "CREATE TABLE IF NOT EXISTS schedule_changes ("
+        f" schedule_id {t} NOT NULL, request_id {t} NOT NULL, tenant {t} NOT NULL, version {b} NOT NULL,"
+        f" command {t} NOT NULL, state {t} NOT NULL, applied_at_ms {b} NOT NULL,"
+        f" effective_from_ms {b} NOT NULL, recorded_at_ms {b} NOT NULL,"
+        " PRIMARY KEY (schedule_id, request_id))",
     ]
 
 
@@ -125,6 +139,12 @@ def upsert_versions(d: Dialect) -> str:
         f" state = CASE WHEN {_state_rank(x + '.state')} > {_state_rank(s + '.state')}"
         f" THEN {x}.state ELSE {s}.state END, {filled}"
     )
+
+
+def insert_changes(d: Dialect) -> str:
+    """A change is immutable: the same history entry read twice is one row."""
+    insert = _insert("schedule_changes", CHANGE_COLUMNS, d, None)
+    return f"{insert} ON CONFLICT (schedule_id, request_id) DO NOTHING"
 
 
 def effective_until(d: Dialect, where: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from scheduler.history import sql
@@ -33,6 +33,7 @@ _VER = sql.upsert_versions(_D)
 _OFF = sql.upsert_offset(_D)
 _SKIP = sql.add_skipped(_D)
 _UNTIL_ONE = sql.effective_until(_D, "schedule_id = ?")
+_CHG = sql.insert_changes(_D)
 
 
 class SQLiteHistoryStore(HistoryStore):
@@ -78,6 +79,8 @@ class SQLiteHistoryStore(HistoryStore):
             if batch.versions:
                 c.executemany(_VER, [r.as_tuple() for r in batch.versions.values()])
                 c.executemany(_UNTIL_ONE, [(sid,) for sid in {k[0] for k in batch.versions}])
+            if batch.changes:
+                c.executemany(_CHG, [r.as_tuple() for r in batch.changes.values()])
             if batch.skipped:
                 c.executemany(_SKIP, list(batch.skipped.items()))
             c.executemany(_OFF, [(group, t, p, n) for (t, p), n in offsets.items()])
@@ -107,6 +110,13 @@ class SQLiteHistoryStore(HistoryStore):
 
     def rows(self, table: str, order_by: str) -> list[tuple[object, ...]]:
         return list(self._conn.execute(f"SELECT * FROM {check_table(table)} ORDER BY {order_by}"))
+
+    @property
+    def dialect(self) -> sql.Dialect:
+        return _D
+
+    def select(self, query: str, params: Sequence[object]) -> list[tuple[object, ...]]:
+        return list(self._conn.execute(query, tuple(params)))
 
     def count(self, table: str) -> int:
         row = self._conn.execute(f"SELECT count(*) FROM {check_table(table)}").fetchone()

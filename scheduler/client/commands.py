@@ -38,19 +38,20 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message
 
+from scheduler.client.errors import CommandRejected, PublishError, ScheduleNotFound
+from scheduler.client.queries import HistoryReader, QueryCalls
+from scheduler.client.topics import partitions_of
 from scheduler.domain import ScheduleSpec, compile_spec, schedule_id_for
 from scheduler.domain.bounds import check_key, check_schedule_id, check_tenant
 from scheduler.kafka.clients import consumer, producer
 from scheduler.kafka.connection import KafkaConnection
-from scheduler.kafka.errors import AccessDenied, AccessError, AuthenticationFailed, denied, is_denial
-from scheduler.kafka.partitioner import partition_for
-from scheduler.kafka.reader import all_partitions, read_to_end, watermarks
+from scheduler.kafka.errors import AccessDenied, denied, is_denial
+from scheduler.kafka.reader import watermarks
 from scheduler.principals import as_tenant
 from scheduler.records import (
     CommandResult,
-    Schedule,
     ScheduleCommand,
     ScheduleSpecRecord,
     decode,
@@ -61,35 +62,7 @@ from scheduler.topology import topic_name
 from scheduler.vocabulary import CommandKind, CommandStatus
 
 GENERATED_KEY_PREFIX = "sdk-"
-__all__ = ["AccessDenied", "AccessError", "AuthenticationFailed", "SchedulerClient"]
-
-
-class CommandRejected(Exception):
-    """The processor rejected a command; ``code`` and ``reason`` say why."""
-
-    def __init__(self, result: CommandResult) -> None:
-        self.result = result
-        self.code = result.code
-        super().__init__(f"{result.code}: {result.reason}")
-
-
-class PublishError(Exception):
-    """The command could not be written to Kafka (nothing was sent); the message says why."""
-
-
-class UnknownTenant(PublishError, LookupError):
-    """The tenant has no topics here: it is not registered (or was removed), or the namespace is wrong."""
-
-
-def _unknown_tenant(settings: Settings, tenant: str, topic: str) -> UnknownTenant:
-    return UnknownTenant(
-        f"tenant {tenant!r}: its topic {topic} does not exist: register the tenant "
-        f"(ksched tenants add {tenant}) or check the namespace ({settings.namespace!r})"
-    )
-
-
-class ScheduleNotFound(LookupError):
-    """No schedule with this id exists for this tenant."""
+__all__ = ["Accepted", "PendingRequest", "RequestTimeout", "SchedulerClient"]
 
 
 @dataclass(frozen=True)
@@ -135,14 +108,19 @@ class RequestTimeout(TimeoutError):
         )
 
 
-class SchedulerClient:
-    """create / get / update (replace) / patch / pause / resume / cancel / preview for one cluster."""
+class SchedulerClient(QueryCalls):
+    """create / update (replace) / patch / pause / resume / cancel / preview for one cluster, and the
+    queries of :class:`~scheduler.client.queries.QueryCalls` (get / list / describe / occurrence /
+    occurrences) on the history store, which wait up to ``read_your_writes_s`` for the indexer to
+    show this client's own accepted changes."""
 
     def __init__(
-        self, settings: Settings | None = None, *, timeout_s: float = 30, tenant: str | None = None
+        self, settings: Settings | None = None, *, timeout_s: float = 30, tenant: str | None = None,
+        read_your_writes_s: float = 10.0,
     ) -> None:
         self.settings = settings or load_settings()
         self.timeout_s = timeout_s
+        self.history = HistoryReader(self.settings, wait_s=read_your_writes_s)
         self.tenant = check_tenant(tenant) if tenant is not None else None
         self.conn: KafkaConnection = (
             as_tenant(self.settings, tenant) if tenant is not None else self.settings.kafka()
@@ -163,7 +141,7 @@ class SchedulerClient:
         if tenant in self._reading:
             return
         topic = topic_name(self.settings, "results", tenant)
-        ends = _partitions(self.settings, self._results, tenant, topic)
+        ends = partitions_of(self.settings, self._results, tenant, topic)
         for tp in ends:
             tp.offset = watermarks(self._results, tp)[1]
         self._results.incremental_assign(ends)
@@ -172,6 +150,7 @@ class SchedulerClient:
     def close(self) -> None:
         self._producer.flush(10)
         self._results.close()
+        self.history.close()
 
     def __enter__(self) -> SchedulerClient:
         return self
@@ -195,15 +174,6 @@ class SchedulerClient:
         compile_spec(spec)  # validation errors surface before anything is published
         sid = schedule_id_for(tenant, key)
         return self._send(tenant, sid, CommandKind.CREATE, spec=spec, key=key)
-
-    def get(self, tenant: str, schedule_id: str) -> Schedule | None:
-        """The current ``Schedule`` record of ``schedule_id``, or None if ``tenant`` has no such schedule.
-
-        Reads the one partition of the compacted ``ksched.schedules`` the id is
-        keyed to (to its end, read_committed): an accepted command's record is
-        visible as soon as its answer is, because both commit in one transaction.
-        """
-        return read_schedule(self.settings, tenant, schedule_id, self.timeout_s, conn=self.conn)
 
     def update(
         self, tenant: str, schedule_id: str, spec: ScheduleSpec, *, expected_version: int | None = None
@@ -234,7 +204,8 @@ class SchedulerClient:
         """
         current = self.get(tenant, schedule_id)
         if current is None:
-            raise ScheduleNotFound(f"schedule {schedule_id} not found for tenant {tenant}")
+            raise ScheduleNotFound(f"schedule_id {schedule_id!r} not found for tenant {tenant!r}: check "
+                                   f"the id (`ksched schedule list --tenant {tenant}`)")
         spec = current.spec.to_domain().patched(**changes)
         compile_spec(spec)
         version = current.version if expected_version is None else expected_version
@@ -298,7 +269,7 @@ class SchedulerClient:
             res = self.await_result(pending.request_id)
         except TimeoutError:
             raise RequestTimeout(pending, self.timeout_s) from None
-        return self._accepted(pending, res)
+        return self._noted(pending, res)
 
     def retry(self, pending: PendingRequest) -> Accepted:
         """Send the pending command again (same schedule id, same request id) and await its answer."""
@@ -307,7 +278,14 @@ class SchedulerClient:
         except TimeoutError:
             raise RequestTimeout(pending, self.timeout_s) from None
         assert res is not None
-        return self._accepted(pending, res)
+        return self._noted(pending, res)
+
+    def _noted(self, pending: PendingRequest, res: CommandResult) -> Accepted:
+        """The accepted answer, remembered so this client's reads show at least its version."""
+        acc = self._accepted(pending, res)
+        fresh = res.reason is None  # a replay (reason set) wrote nothing new: only its version counts
+        self.history.noted(pending.tenant, acc.schedule_id, acc.version, acc.request_id if fresh else None)
+        return acc
 
     def _send(
         self,
@@ -359,74 +337,3 @@ class SchedulerClient:
         raise TimeoutError(
             f"no result for request {request_id} within {self.timeout_s}s: is a processor running?"
         )
-
-
-def _partitions(settings: Settings, c: Consumer, tenant: str, topic: str) -> list[TopicPartition]:
-    try:
-        return all_partitions(c, topic)
-    except LookupError:
-        raise _unknown_tenant(settings, tenant, topic) from None
-
-
-def read_schedules(
-    settings: Settings, tenant: str, timeout_s: float = 30, conn: KafkaConnection | None = None
-) -> dict[str, Schedule]:
-    """The current ``Schedule`` records of ``tenant``, read from its compacted ``ksched.schedules.<tenant>``.
-
-    A tenant reads only its own topic (the broker's ACLs); a record of another tenant is skipped.
-    """
-    check_tenant(tenant)
-    topic = topic_name(settings, "schedules", tenant)
-    out: dict[str, Schedule] = {}
-
-    def keep(m: Message) -> None:
-        if m.value() is None:  # a tombstone: the schedule was purged after its retention
-            out.pop((m.key() or b"").decode(), None)
-            return
-        try:
-            s = decode(m.value() or b"", Schedule)
-        except ValueError:
-            return
-        if s.tenant == tenant:
-            out[s.schedule_id] = s
-
-    c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
-    try:
-        read_to_end(c, _partitions(settings, c, tenant, topic), keep, timeout_s)
-    finally:
-        c.close()
-    return out
-
-
-def read_schedule(
-    settings: Settings,
-    tenant: str,
-    schedule_id: str,
-    timeout_s: float = 30,
-    conn: KafkaConnection | None = None,
-) -> Schedule | None:
-    """The current ``Schedule`` record of ``schedule_id`` for ``tenant``, or None.
-
-    Reads only the partition of ``ksched.schedules.<tenant>`` the id is keyed to
-    (:func:`scheduler.kafka.partitioner.partition_for`), to its end.
-    """
-    check_tenant(tenant)
-    check_schedule_id(schedule_id)
-    topic = topic_name(settings, "schedules", tenant)
-    key = schedule_id.encode()
-    latest: list[bytes | None] = [None]
-
-    def keep(m: Message) -> None:
-        if m.key() == key:
-            latest[0] = m.value()
-
-    c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
-    try:
-        tp = TopicPartition(topic, partition_for(key, len(_partitions(settings, c, tenant, topic))))
-        read_to_end(c, [tp], keep, timeout_s)
-    finally:
-        c.close()
-    if latest[0] is None:
-        return None
-    s = decode(latest[0], Schedule)
-    return s if s.tenant == tenant else None  # another tenant's schedule does not exist here
