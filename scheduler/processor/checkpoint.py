@@ -161,7 +161,9 @@ class Checkpoint:
         an accepted change (or a completion)."""
         self._at(PRODUCE)
         topics, key = self._registry.topics, entry.schedule_id.encode()
-        sched, hist, version = wire_state.encode_schedule_change(entry, kind, request_id, now)
+        sched, hist, version = wire_state.encode_schedule_change(
+            entry, kind, request_id, now, self.owned.shard
+        )
         self._produce(topics.schedules, sched, key, self._p)
         self._produce(topics.of("schedules", entry.tenant), sched, key, self._p)
         if hist is not None:
