@@ -25,9 +25,9 @@ from scheduler.reconcile.account import Ledger
 from scheduler.reconcile.expect import DONE, Change
 from scheduler.records import (
     AttemptReport,
+    RecordDecodeError,
     ScheduleHistoryEntry,
     ScheduleRuntime,
-    RecordDecodeError,
     ShardState,
     decode,
     decode_fields,
