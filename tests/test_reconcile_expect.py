@@ -151,13 +151,13 @@ def test_reconcile_settle_names_gaps_unexpected_duplicates_and_waiting_work() ->
     oid = [e.occurrence_id for e in want]
     ledger = Ledger(T0, T0 + 360)
     ledger.dispatch(oid[0], SID, 1, T0 + 60, 1)
-    ledger.report(oid[0], SID, 1, T0 + 60, 1, "SUCCEEDED", "tok")
+    ledger.report(oid[0], SID, 1, T0 + 60, 1, "SUCCEEDED")
     ledger.event(oid[0], SID, 1, T0 + 60, "SUCCEEDED", 1)
     ledger.dispatch(oid[1], SID, 1, T0 + 120, 1)
     ledger.dispatch(oid[1], SID, 1, T0 + 120, 1)  # twice in committed data
     ledger.event(oid[2], SID, 1, T0 + 180, "MISSED", 0)
     ledger.dispatch(oid[3], SID, 1, T0 + 240, 1)
-    ledger.report(oid[3], SID, 1, T0 + 240, 1, "STARTED", "tok")
+    ledger.report(oid[3], SID, 1, T0 + 240, 1, "STARTED")
     stray = occurrence_id(SID, 1, T0 + 90)
     ledger.event(stray, SID, 1, T0 + 90, "SUCCEEDED", 1)
     ledger.event(occurrence_id(SID, 1, T0 + 7200), SID, 1, T0 + 7200, "SUCCEEDED", 1)  # outside: ignored
@@ -171,11 +171,13 @@ def test_reconcile_settle_names_gaps_unexpected_duplicates_and_waiting_work() ->
     assert v2.states[SCHEDULED] == 1 and v2.states[GAP] == 4
 
 
-def test_reconcile_two_successful_tokens_are_two_effects() -> None:
+def test_reconcile_two_successful_attempts_are_two_effects_a_redelivery_is_not() -> None:
     oid = occurrence_id(SID, 1, T0 + 60)
     ledger = Ledger(T0, T0 + 120)
-    ledger.report(oid, SID, 1, T0 + 60, 1, "SUCCEEDED", "a")
-    ledger.report(oid, SID, 1, T0 + 60, 1, "SUCCEEDED", "b")
+    ledger.report(oid, SID, 1, T0 + 60, 1, "SUCCEEDED")
+    ledger.report(oid, SID, 1, T0 + 60, 1, "SUCCEEDED")  # the same attempt redelivered: one effect
+    assert ledger.seen[oid].twice is None
+    ledger.report(oid, SID, 1, T0 + 60, 2, "SUCCEEDED")
     v = settle(expected(SID, [_change("CREATE", T0, spec=EVERY_MINUTE)], T0, T0 + 120), ledger)
     assert [(f.kind, f.occurrence_id) for f in v.findings] == [(DUPLICATE, oid)]
     assert v.states["RUNNING"] == 1

@@ -1,8 +1,8 @@
-"""Emission faults for the reconciler's tests: ``KSCHED_EMISSION_FAULT=drop:<schedule_id>`` or
-``duplicate:<schedule_id>``.
+"""Emission faults for the reconciler's tests: ``KSCHED_EMISSION_FAULT=drop:<schedule_id>`` and/or
+``duplicate:<schedule_id>`` (comma-separated).
 
 The reconciler must name a lost and a doubled occurrence (docs/reconcile.md). These faults make
-one on purpose, in a real processor: the first occurrence of the named schedule that a tick
+one on purpose, in a real processor: the first occurrence of a named schedule that a tick
 emits is either left out of the tick's transaction (``drop``: the lane's cursor has moved past
 it, so it is never emitted — a GAP), or produced once more *outside* any transaction by a plain
 producer after the tick's own records (``duplicate``: two dispatch records of one attempt in
@@ -30,41 +30,49 @@ KINDS = ("drop", "duplicate")
 
 
 @dataclass
-class EmissionFault:
-    """Drop or duplicate the first emitted occurrence of ``schedule_id`` (once)."""
+class EmissionFaults:
+    """``faults``: schedule id → ``drop`` or ``duplicate`` of its first emitted occurrence (once)."""
 
-    kind: str
-    schedule_id: str
-    fired: str | None = None  # the occurrence id it hit
+    faults: dict[str, str]
+    fired: dict[str, str] = field(default_factory=dict)  # schedule id -> the occurrence id hit
     _producer: Producer | None = field(default=None, repr=False)
 
     @staticmethod
-    def from_env() -> EmissionFault | None:
-        """The fault named by ``KSCHED_EMISSION_FAULT``; None when unset. ValueError when malformed."""
+    def from_env() -> EmissionFaults | None:
+        """The faults named by ``KSCHED_EMISSION_FAULT``; None when unset. ValueError when malformed."""
         raw = os.environ.get("KSCHED_EMISSION_FAULT", "")
         if not raw:
             return None
-        kind, _, sid = raw.partition(":")
-        if kind not in KINDS or not sid:
-            raise ValueError(
-                f"KSCHED_EMISSION_FAULT={raw!r}: expected drop:<schedule_id> or duplicate:<schedule_id>"
-            )
-        return EmissionFault(kind, sid)
+        faults: dict[str, str] = {}
+        for item in raw.split(","):
+            kind, _, sid = item.strip().partition(":")
+            if kind not in KINDS or not sid:
+                raise ValueError(
+                    f"KSCHED_EMISSION_FAULT={raw!r}: expected drop:<schedule_id> or duplicate:<schedule_id>, "
+                    "comma-separated"
+                )
+            faults[sid] = kind
+        return EmissionFaults(faults)
 
-    def take(self, dispatch: list[DueOccurrence]) -> DueOccurrence | None:
-        """Apply the fault to a tick's dispatch list: ``drop`` removes the schedule's occurrence from
-        it; ``duplicate`` returns it, to be produced again by :meth:`produce_again`."""
-        if self.fired is not None:
-            return None
-        for i, occ in enumerate(dispatch):
-            if occ.schedule_id == self.schedule_id:
-                self.fired = occ.occurrence_id
-                log.warning("emission fault %s: occurrence %s of %s", self.kind, self.fired, self.schedule_id)
-                if self.kind == "drop":
-                    del dispatch[i]
-                    return None
-                return occ
-        return None
+    def take(self, dispatch: list[DueOccurrence]) -> list[DueOccurrence]:
+        """Apply the faults to a tick's dispatch list (in place): a ``drop`` removes its occurrence;
+        the ``duplicate`` ones are returned, to be produced again by :meth:`produce_again`."""
+        again: list[DueOccurrence] = []
+        if len(self.fired) == len(self.faults):
+            return again
+        keep: list[DueOccurrence] = []
+        for occ in dispatch:
+            kind = self.faults.get(occ.schedule_id)
+            if kind is None or occ.schedule_id in self.fired:
+                keep.append(occ)
+                continue
+            self.fired[occ.schedule_id] = occ.occurrence_id
+            log.warning("emission fault %s: occurrence %s of %s", kind, occ.occurrence_id, occ.schedule_id)
+            if kind == "duplicate":
+                keep.append(occ)
+                again.append(occ)
+        dispatch[:] = keep
+        return again
 
     def produce_again(self, settings: Settings, topic: str, value: bytes, key: bytes, partition: int) -> None:
         """Write ``value`` with a plain (non-transactional) producer: committed at once, whatever

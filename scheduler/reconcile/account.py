@@ -11,8 +11,10 @@ expected occurrences (:mod:`scheduler.reconcile.expect`):
   SCHEDULED when the processor's state says it still waits (a catch-up backlog, a
   QUEUE_ONE slot: throttled or late work), else a GAP;
 - a recorded occurrence nobody expected is UNEXPECTED;
-- an occurrence dispatched twice for one attempt in committed data, or that succeeded
-  under two tokens (two effects), is also a DUPLICATE.
+- an occurrence dispatched twice for one attempt in committed data, or that succeeded in
+  two attempts (two effects), is also a DUPLICATE. A redelivery of one attempt that a worker
+  reports SUCCEEDED again under a new token is not: the worker's idempotency store made it
+  one effect, and the processor fences the second token.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Seen:
         self.attempts = 0
         self.dispatched: set[int] | None = None  # attempts dispatched
         self.twice: str | None = None  # why it is a duplicate
-        self.winners: set[str] | None = None  # tokens that reported SUCCEEDED
+        self.winners: set[int] | None = None  # attempts reported SUCCEEDED
 
     def reach(self, state: str, attempt: int) -> None:
         r = rank(state, attempt)
@@ -113,7 +115,7 @@ class Ledger:
         if s is not None:
             s.reach(state, attempt)
 
-    def report(self, oid: str, sid: str, version: int, sf: int, attempt: int, kind: str, token: str) -> None:
+    def report(self, oid: str, sid: str, version: int, sf: int, attempt: int, kind: str) -> None:
         """A worker's attempt report (STARTED, HEARTBEAT, SUCCEEDED, FAILED)."""
         s = self._of(oid, sid, version, sf)
         if s is None:
@@ -122,18 +124,18 @@ class Ledger:
         if kind == "SUCCEEDED":
             if s.winners is None:
                 s.winners = set()
-            s.winners.add(token)
+            s.winners.add(attempt)
             if len(s.winners) > 1:
-                s.twice = f"succeeded under {len(s.winners)} tokens (two effects)"
+                s.twice = f"succeeded in {len(s.winners)} attempts (two effects)"
 
     def row(self, oid: str, sid: str, version: int, sf: int, state: str, attempts: int, winners: int) -> None:
-        """A history-store row: its state, attempt count and the tokens that succeeded."""
+        """A history-store row: its state, attempt count and the number of attempts that succeeded."""
         s = self._of(oid, sid, version, sf)
         if s is None:
             return
         s.reach(state, attempts)
         if winners > 1:
-            s.twice = f"succeeded under {winners} tokens (two effects)"
+            s.twice = f"succeeded in {winners} attempts (two effects)"
 
 
 @dataclass

@@ -166,9 +166,8 @@ def read_records(settings: Settings, tenant: str, ledger: Ledger, progress: Prog
         elif record_type(value) is AttemptReport:
             d = decode_fields(value, AttemptReport)
             if d["tenant"] == tenant:
-                sf = d["scheduled_for_ms"] // 1000
-                ledger.report(d["occurrence_id"], d["schedule_id"], d["version"], sf, d["attempt"],
-                              str(d["kind"]), d["token"])
+                oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000
+                ledger.report(oid, d["schedule_id"], d["version"], sf, d["attempt"], str(d["kind"]))
 
     topics = [dispatch_t, events_t, topic_name(settings, "commands", tenant)]
     return _replay(settings, topics, take, progress)

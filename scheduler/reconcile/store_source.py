@@ -1,7 +1,7 @@
 """The reconciler's ``--source store``: the tenant's occurrences of a window from the history store.
 
 One row per occurrence (docs/history.md: its state by the same precedence as the topics'
-replay, its attempt count) and the number of tokens whose attempt SUCCEEDED (two: two
+replay, its attempt count) and the number of its attempts reported SUCCEEDED (two: two
 effects). What the store cannot show: a dispatch record committed twice for one attempt
 (its rows merge by occurrence id) — ``--source topics`` sees that.
 """
@@ -14,7 +14,7 @@ from scheduler.reconcile.sources import Progress
 
 _QUERY = (
     "SELECT o.occurrence_id, o.schedule_id, o.version, o.scheduled_for_ms, o.state, o.attempt_count,"
-    " (SELECT count(DISTINCT a.token) FROM attempts a"
+    " (SELECT count(DISTINCT a.attempt_no) FROM attempts a"
     "  WHERE a.occurrence_id = o.occurrence_id AND a.result = 'SUCCEEDED')"
     " FROM occurrences o WHERE o.tenant = ? AND o.scheduled_for_ms >= ? AND o.scheduled_for_ms < ?"
 )
