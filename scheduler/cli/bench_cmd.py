@@ -9,7 +9,7 @@ import argparse
 import importlib
 from typing import Any
 
-BENCH_MODULES: tuple[str, ...] = ("timing", "burst", "restore", "purge", "workers", "history")
+BENCH_MODULES: tuple[str, ...] = ("timing", "burst", "restore", "purge", "workers", "history", "reconcile")
 
 
 def register(sub: Any) -> None:

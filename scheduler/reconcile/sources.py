@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message
 
-from scheduler.history.readers import dispatch_fields, event_fields
 from scheduler.kafka.clients import consumer
 from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.reconcile.account import Ledger
 from scheduler.reconcile.expect import DONE, Change
+from scheduler.reconcile.lean import dispatch_head, event_head
 from scheduler.records import (
     AttemptReport,
     RecordDecodeError,
@@ -144,30 +144,29 @@ def read_records(settings: Settings, tenant: str, ledger: Ledger, progress: Prog
     dispatch_t = topic_name(settings, "dispatch", tenant)
     events_t = topic_name(settings, "occurrence-events", tenant)
 
-    def take(m: Message) -> None:
-        try:
-            _take(m)
-        except (RecordDecodeError, ValueError, TypeError, KeyError, IndexError):
-            ledger.undecodable += 1  # a foreign or hostile record: counted, never a stop
+    dispatch, event = ledger.dispatch, ledger.event
 
-    def _take(m: Message) -> None:
+    def take(m: Message) -> None:
         value = m.value()
         if not value:
             return
         topic = m.topic()
-        if topic == dispatch_t:
-            oid, sid, ten, ver, sf, _av, att = dispatch_fields(value)
-            if ten == tenant:
-                ledger.dispatch(oid, sid, ver, sf // 1000, att)
-        elif topic == events_t:
-            oid, sid, ten, ver, sf, state, att, _reason, _at = event_fields(value)
-            if ten == tenant:
-                ledger.event(oid, sid, ver, sf // 1000, state, att)
-        elif record_type(value) is AttemptReport:
-            d = decode_fields(value, AttemptReport)
-            if d["tenant"] == tenant:
-                oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000
-                ledger.report(oid, d["schedule_id"], d["version"], sf, d["attempt"], str(d["kind"]))
+        try:
+            if topic == dispatch_t:
+                oid, sid, ten, ver, sf, att = dispatch_head(value)
+                if ten == tenant:
+                    dispatch(oid, sid, ver, sf // 1000, att)
+            elif topic == events_t:
+                oid, sid, ten, ver, sf, state, att = event_head(value)
+                if ten == tenant:
+                    event(oid, sid, ver, sf // 1000, state, att)
+            elif record_type(value) is AttemptReport:
+                d = decode_fields(value, AttemptReport)
+                if d["tenant"] == tenant:
+                    oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000
+                    ledger.report(oid, d["schedule_id"], d["version"], sf, d["attempt"], str(d["kind"]))
+        except (RecordDecodeError, ValueError, TypeError, KeyError, IndexError):
+            ledger.undecodable += 1  # a foreign or hostile record: counted, never a stop
 
     topics = [dispatch_t, events_t, topic_name(settings, "commands", tenant)]
     return _replay(settings, topics, take, progress)
