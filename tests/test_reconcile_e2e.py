@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from test_attempts_e2e import Events, Running, once_in
+from test_history_e2e import ok_flaky_worker
 
 from scheduler.cli import main
 from scheduler.client import SchedulerClient
@@ -29,7 +30,6 @@ from scheduler.reconcile.account import DUPLICATE, GAP, UNEXPECTED
 from scheduler.reconcile.run import Outcome, WindowNotClosed, reconcile
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, add_tenant
-from scheduler.worker import Context, RetryableError, Worker
 
 pytestmark = pytest.mark.kafka
 TENANT = "recon"
@@ -71,17 +71,8 @@ def test_reconcile_names_the_dropped_and_the_doubled_occurrence(
     stack: tuple[Settings, Processor], tmp_path: Path
 ) -> None:
     settings, proc = stack
-
-    def ok(ctx: Context) -> None:
-        pass
-
-    def flaky(ctx: Context) -> None:
-        raise RetryableError("down")
-
     events = Events(settings, TENANT)
-    w = Worker(settings, tenant=TENANT, handlers={"ok": ok, "flaky": flaky}, grace_s=1, heartbeat_s=0.5)
-    runner = Running(w)
-    assert w.wait_ready(60)
+    _, runner = ok_flaky_worker(settings, TENANT)
     t1 = int(time.time())
     try:
         with SchedulerClient(settings, timeout_s=60) as client:
