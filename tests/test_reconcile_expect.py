@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import generate_latest
 from test_time_oracle import HORIZON, OPTIONS, SETTINGS, Fields, fields, oracle, window
 
 from scheduler.domain import ScheduleSpec, available_at, compile_spec, occurrence_id
 from scheduler.reconcile.account import DUPLICATE, GAP, SCHEDULED, UNEXPECTED, Ledger, settle
 from scheduler.reconcile.expect import DONE, Change, Cursor, expected
+from scheduler.reconcile.metrics import ReconcileMetrics
+from scheduler.reconcile.run import Outcome, Window, WindowNotClosed, close_window
 
 SID = "86719d5a5d606db674cc0aaddb1e3785"
 
@@ -181,3 +185,28 @@ def test_reconcile_two_successful_attempts_are_two_effects_a_redelivery_is_not()
     v = settle(expected(SID, [_change("CREATE", T0, spec=EVERY_MINUTE)], T0, T0 + 120), ledger)
     assert [(f.kind, f.occurrence_id) for f in v.findings] == [(DUPLICATE, oid)]
     assert v.states["RUNNING"] == 1
+
+
+def test_reconcile_a_window_is_clamped_to_the_closed_horizon_or_refused() -> None:
+
+    w = close_window(T0, T0 + 3600, T0 + 1800, 300, "t")
+    assert (w.t1, w.t2, w.clamped) == (T0, T0 + 1501, True)  # a flexible occurrence may wait 300 s more
+    assert not close_window(T0, T0 + 60, T0 + 3600, 0, "t").clamped
+    with pytest.raises(WindowNotClosed, match="watermark for tenant t is at"):
+        close_window(T0, T0 + 60, T0 - 1, 0, "t")
+    with pytest.raises(WindowNotClosed, match="no processor has written its state"):
+        close_window(T0, T0 + 60, None, 0, "t")
+
+
+def test_reconcile_watch_metrics_count_each_window() -> None:
+
+    hist = [_change("CREATE", T0, spec=EVERY_MINUTE)]
+    v = settle(expected(SID, hist, T0, T0 + 360), Ledger(T0, T0 + 360))
+    m = ReconcileMetrics()
+    m.observe("t", Outcome(window=Window(t1=T0, t2=T0 + 360, asked_t2=T0 + 360, closed_until=T0 + 400),
+                           verdict=v, schedules=1, source="topics", seconds=0.1))
+    text = generate_latest(m.registry).decode()
+    assert 'ksched_reconcile_expected_total{tenant="t"} 5.0' in text
+    assert 'ksched_reconcile_gaps_total{tenant="t"} 5.0' in text
+    assert 'ksched_reconcile_unexpected_total{tenant="t"} 0.0' in text
+    assert "ksched_reconcile_last_window_age_seconds" in text
