@@ -138,3 +138,21 @@ def test_the_history_mapping_and_stores_import_no_kafka() -> None:
         assert not bad, f"{m} reaches {sorted(bad)}"
         path = ROOT.parent / (m.replace(".", "/") + ".py")
         assert "confluent_kafka" not in path.read_text(), f"{path} imports confluent_kafka"
+
+
+def test_the_reconcilers_expectation_is_pure_and_independent_of_the_processor() -> None:
+    """What the reconciler expects and how it judges (docs/reconcile.md) import no Kafka, and nothing
+    of the processor: a bug in the processor's arming must show as a gap, not be repeated."""
+    graph = _graph()
+    for m in ("expect", "account", "lean", "store_source"):
+        name = f"scheduler.reconcile.{m}"
+        seen, todo = set(), [name]
+        while todo:
+            for d in graph.get(todo.pop(), ()):
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        bad = {d for d in seen if d.startswith(("scheduler.kafka", "scheduler.processor"))}
+        assert not bad, f"{name} reaches {sorted(bad)}"
+        path = ROOT / "reconcile" / f"{m}.py"
+        assert "confluent_kafka" not in path.read_text(), f"{path} imports confluent_kafka"

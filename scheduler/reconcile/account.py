@@ -20,12 +20,13 @@ expected occurrences (:mod:`scheduler.reconcile.expect`):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.history.rows import rank
 from scheduler.reconcile.expect import Expected
 
+Progress = Callable[[int], None]  # told the number of records read since its last call
 _ENQUEUED_STEP = rank("ENQUEUED", 0)  # rank("ENQUEUED", a) = a * 8 + it (scheduler/history/rows.py)
 GAP, UNEXPECTED, DUPLICATE, SCHEDULED = "GAP", "UNEXPECTED", "DUPLICATE", "SCHEDULED"
 FINAL = ("SUCCEEDED", "DEAD", "CANCELED", "MISSED", "SKIPPED_OVERLAP")

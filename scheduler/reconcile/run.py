@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from scheduler.history.base import HistoryStore
-from scheduler.reconcile.account import Ledger, Verdict, settle
+from scheduler.reconcile.account import Ledger, Progress, Verdict, settle
 from scheduler.reconcile.expect import expected, max_window_s
-from scheduler.reconcile.sources import Progress, read_history, read_records, read_state
+from scheduler.reconcile.sources import read_history, read_records, read_state
 from scheduler.reconcile.store_source import read_store
 from scheduler.settings import Settings
 

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Message
 
 from scheduler.kafka.clients import consumer
 from scheduler.kafka.reader import all_partitions, read_to_end
-from scheduler.reconcile.account import Ledger
+from scheduler.reconcile.account import Ledger, Progress
 from scheduler.reconcile.expect import DONE, Change
 from scheduler.reconcile.lean import dispatch_head, event_head
 from scheduler.records import (
@@ -37,7 +37,6 @@ from scheduler.settings import Settings
 from scheduler.topology import topic_name
 from scheduler.vocabulary import Lane
 
-Progress = Callable[[int], None]  # told the number of records read since its last call
 _ON_TIME = (Lane.STRICT.name, Lane.FLEXIBLE.name)
 
 

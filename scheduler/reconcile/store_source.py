@@ -9,8 +9,7 @@ effects). What the store cannot show: a dispatch record committed twice for one 
 from __future__ import annotations
 
 from scheduler.history.base import HistoryStore
-from scheduler.reconcile.account import Ledger
-from scheduler.reconcile.sources import Progress
+from scheduler.reconcile.account import Ledger, Progress
 
 _QUERY = (
     "SELECT o.occurrence_id, o.schedule_id, o.version, o.scheduled_for_ms, o.state, o.attempt_count,"
