@@ -75,6 +75,8 @@ def _run(args: argparse.Namespace) -> int:
             outcome = _once(settings, args, t1, t2, store, console)
         except WindowNotClosed as exc:
             raise UsageError(str(exc)) from None
+        except LookupError as exc:  # a topic that does not exist: names it and `ksched topics apply`
+            raise UsageError(f"--tenant {args.tenant}: {exc}") from None
     finally:
         if store is not None:
             store.close()
