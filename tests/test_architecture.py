@@ -128,13 +128,26 @@ def test_the_history_mapping_and_stores_import_no_kafka() -> None:
     pure = [m for m in graph if m.startswith("scheduler.history.") and m != "scheduler.history.indexer"]
     assert "scheduler.history.mapping" in pure and "scheduler.history.base" in pure
     for m in pure:
-        seen, todo = set(), [m]
-        while todo:
-            for d in graph.get(todo.pop(), ()):
-                if d not in seen:
-                    seen.add(d)
-                    todo.append(d)
-        bad = {d for d in seen if d.startswith(("scheduler.kafka", "scheduler.processor"))}
-        assert not bad, f"{m} reaches {sorted(bad)}"
-        path = ROOT.parent / (m.replace(".", "/") + ".py")
-        assert "confluent_kafka" not in path.read_text(), f"{path} imports confluent_kafka"
+        _assert_pure_of_kafka(graph, m)
+
+
+def _assert_pure_of_kafka(graph: dict[str, set[str]], m: str) -> None:
+    """``m`` reaches neither the Kafka layer nor the processor, and imports no confluent_kafka."""
+    seen, todo = set(), [m]
+    while todo:
+        for d in graph.get(todo.pop(), ()):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    bad = {d for d in seen if d.startswith(("scheduler.kafka", "scheduler.processor"))}
+    assert not bad, f"{m} reaches {sorted(bad)}"
+    path = ROOT.parent / (m.replace(".", "/") + ".py")
+    assert "confluent_kafka" not in path.read_text(), f"{path} imports confluent_kafka"
+
+
+def test_the_reconcilers_expectation_is_pure_and_independent_of_the_processor() -> None:
+    """What the reconciler expects and how it judges (docs/reconcile.md) import no Kafka, and nothing
+    of the processor: a bug in the processor's arming must show as a gap, not be repeated."""
+    graph = _graph()
+    for m in ("expect", "account", "lean", "store_source"):
+        _assert_pure_of_kafka(graph, f"scheduler.reconcile.{m}")

@@ -35,17 +35,24 @@ def stack(kafka_settings: Settings) -> Iterator[Settings]:
     proc.stop()
 
 
-def test_occurrences_attempts_and_versions_land_in_the_store(stack: Settings, tmp_path: Path) -> None:
+def ok_flaky_worker(settings: Settings, tenant: str) -> tuple[Worker, Running]:
+    """A ready worker of ``tenant`` with handlers ``ok`` (succeeds) and ``flaky`` (a retryable failure)."""
+
     def ok(ctx: Context) -> None:
         pass
 
     def flaky(ctx: Context) -> None:
         raise RetryableError("down")
 
-    events = Events(stack, TENANT)
-    w = Worker(stack, tenant=TENANT, handlers={"ok": ok, "flaky": flaky}, grace_s=1, heartbeat_s=0.5)
+    w = Worker(settings, tenant=tenant, handlers={"ok": ok, "flaky": flaky}, grace_s=1, heartbeat_s=0.5)
     runner = Running(w)
     assert w.wait_ready(60)
+    return w, runner
+
+
+def test_occurrences_attempts_and_versions_land_in_the_store(stack: Settings, tmp_path: Path) -> None:
+    events = Events(stack, TENANT)
+    w, runner = ok_flaky_worker(stack, TENANT)
     try:
         with SchedulerClient(stack, timeout_s=60) as client:
             good = client.create(TENANT, replace(once_in(3), handler="ok"), key="h-good").schedule_id

@@ -188,6 +188,7 @@ def test_breaking_change_in_a_shared_type_fails_naming_every_schema_and_field(
         f"Schedule (current reads v2 data): Schedule.spec.priority: {MISSING}",
         f"ScheduleCommand (current reads v1 data): ScheduleCommand.spec.priority: {MISSING}",
         f"ScheduleHistoryEntry (current reads v1 data): ScheduleHistoryEntry.spec.priority: {MISSING}",
+        f"ScheduleHistoryEntry (current reads v2 data): ScheduleHistoryEntry.spec.priority: {MISSING}",
     ]
 
 
@@ -239,21 +240,21 @@ def test_compatible_change_passes_then_release_freezes_it(
     _edit(folder, "Lane", lambda s: None)  # untouched file rewritten: same schema, nothing to release
     assert main(["--schemas", str(folder)]) == 0
     err = capsys.readouterr().err
-    assert "note: ScheduleHistoryEntry: changed since v1, compatible, not released yet" in err
+    assert "note: ScheduleHistoryEntry: changed since v2, compatible, not released yet" in err
     assert "note: Occurrence" not in err
     before = {p.name for p in (folder / "history").glob("*.avsc")}
     assert main(["--schemas", str(folder), "--release"]) == 0
     released = sorted(p.name for p in (folder / "history").glob("*.avsc") if p.name not in before)
-    assert "ScheduleCommand.v2.avsc" in released and "ScheduleHistoryEntry.v2.avsc" in released
+    assert "ScheduleCommand.v2.avsc" in released and "ScheduleHistoryEntry.v3.avsc" in released
     assert [n for n in released if n.startswith("Schedule.")] != []  # every schema embedding the spec
     capsys.readouterr()
     assert main(["--schemas", str(folder)]) == 0
     assert "note:" not in capsys.readouterr().err
-    # v2 is self-contained: it carries its own copy of the spec
-    v2 = json.loads((folder / "history" / "ScheduleHistoryEntry.v2.avsc").read_text())
-    spec = next(f for f in v2["fields"] if f["name"] == "spec")["type"][1]
+    # v3 is self-contained: it carries its own copy of the spec
+    v3 = json.loads((folder / "history" / "ScheduleHistoryEntry.v3.avsc").read_text())
+    spec = next(f for f in v3["fields"] if f["name"] == "spec")["type"][1]
     assert spec["name"] == "ksched.v1.ScheduleSpec" and spec["fields"][-1]["name"] == "priority"
-    # and a later breaking change is checked against v1 and v2
+    # and a later breaking change is checked against v1, v2 and v3
     _edit(folder, "ScheduleSpec", lambda s: s["fields"].pop())
     _edit(
         folder,
@@ -266,6 +267,6 @@ def test_compatible_change_passes_then_release_freezes_it(
         "ScheduleHistoryEntry (current reads v1 data): ScheduleHistoryEntry.spec.priority: field missing"
     ) in out
     assert (
-        "ScheduleHistoryEntry (current reads v2 data): ScheduleHistoryEntry.spec.priority: "
+        "ScheduleHistoryEntry (current reads v3 data): ScheduleHistoryEntry.spec.priority: "
         "type changed from int to string"
     ) in out

@@ -40,10 +40,10 @@ def register(sub: Any) -> None:
 
 
 def records(
-    settings: Settings, tenants: list[str], n: int, reports: bool
+    settings: Settings, tenants: list[str], n: int, reports: bool, t0_ms: int = T0_MS
 ) -> Iterator[tuple[str, bytes, bytes]]:
-    """(topic, key, value) of ``n`` succeeded occurrences spread over ``tenants``, 100 per schedule,
-    each schedule with its CREATE history entry."""
+    """(topic, key, value) of ``n`` succeeded occurrences spread over ``tenants``, 100 per schedule
+    every minute from ``t0_ms``, each schedule with its CREATE history entry."""
     from scheduler.domain.ids import occurrence_id
     from scheduler.records import (
         AttemptReport,
@@ -59,12 +59,12 @@ def records(
     for i in range(n):
         tenant = tenants[i % len(tenants)]
         sid = f"{tenant}-s{i // (100 * len(tenants))}"
-        sf = T0_MS + (i // len(tenants) % 100) * 60_000
+        sf = t0_ms + (i // len(tenants) % 100) * 60_000
         key = sid.encode()
         if i // len(tenants) % 100 == 0:
             yield topic_name(settings, "schedule-history"), key, encode(ScheduleHistoryEntry(
                 schedule_id=sid, tenant=tenant, version=1, command="CREATE", request_id=f"r-{sid}", spec=spec,
-                state="ACTIVE", applied_at_ms=T0_MS - 1, effective_from_ms=T0_MS - 1))
+                state="ACTIVE", applied_at_ms=t0_ms - 1, effective_from_ms=t0_ms - 1))
         oid = occurrence_id(sid, 1, sf // 1000)
         yield topic_name(settings, "dispatch", tenant), key, encode(Occurrence(
             occurrence_id=oid, schedule_id=sid, tenant=tenant, version=1, scheduled_for_ms=sf,

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "processor_cmd",
     "worker_cmd",
     "history_cmd",
+    "reconcile_cmd",
     "schedule_cmd",
     "queries_cmd",
     "dlq_cmd",

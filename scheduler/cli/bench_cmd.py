@@ -9,7 +9,9 @@ import argparse
 import importlib
 from typing import Any
 
-BENCH_MODULES: tuple[str, ...] = ("timing", "burst", "restore", "purge", "workers", "history", "queries")
+BENCH_MODULES: tuple[str, ...] = (
+    "timing", "burst", "restore", "purge", "workers", "history", "queries", "reconcile"
+)
 
 
 def register(sub: Any) -> None:

@@ -16,7 +16,7 @@ zombie indexer after a rebalance) changes nothing; offsets never move back.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -66,6 +66,11 @@ class HistoryStore(StoreQueries, ABC):
     @abstractmethod
     def count(self, table: str) -> int:
         """The number of rows of ``table`` (one of :data:`TABLES`)."""
+
+    @abstractmethod
+    def scan(self, query: str, params: Sequence[object]) -> Iterator[tuple[object, ...]]:
+        """Stream the rows of a read-only ``query`` (``?`` placeholders, both dialects' SQL) in
+        batches, in one read transaction; for readers of many rows (the reconciler)."""
 
     @abstractmethod
     def close(self) -> None:

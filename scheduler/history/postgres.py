@@ -12,7 +12,8 @@ so). ``options=-c search_path=…`` in the DSN selects the schema.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -160,6 +161,16 @@ class PostgresHistoryStore(HistoryStore):
         row = self._conn.execute(f"SELECT count(*) FROM {check_table(table)}").fetchone()  # type: ignore[arg-type]
         self._conn.rollback()
         return int(row[0]) if row else 0
+
+    def scan(self, query: str, params: Sequence[object]) -> Iterator[tuple[Any, ...]]:
+        try:  # a server-side cursor: a million rows stream in batches instead of filling memory
+            with self._conn.cursor(name=f"scan_{uuid.uuid4().hex[:12]}") as cur:
+                cur.itersize = 10_000
+                cur.execute(query.replace("?", "%s"), tuple(params))  # type: ignore[arg-type]
+                for row in cur:
+                    yield tuple(row)
+        finally:
+            self._conn.rollback()
 
     def close(self) -> None:
         if not self._closed:

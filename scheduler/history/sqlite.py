@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from scheduler.history import sql
@@ -121,6 +121,14 @@ class SQLiteHistoryStore(HistoryStore):
     def count(self, table: str) -> int:
         row = self._conn.execute(f"SELECT count(*) FROM {check_table(table)}").fetchone()
         return int(row[0])
+
+    def scan(self, query: str, params: Sequence[object]) -> Iterator[tuple[object, ...]]:
+        cur = self._conn.execute(query, tuple(params))
+        try:
+            while rows := cur.fetchmany(10_000):
+                yield from rows
+        finally:
+            cur.close()
 
     def close(self) -> None:
         if not self._closed:

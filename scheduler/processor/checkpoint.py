@@ -41,8 +41,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from scheduler.kafka.clients import produce_waiting
 from scheduler.processor import wire, wire_state
 from scheduler.processor.attempts import Attempt
+from scheduler.processor.emission_faults import EmissionFaults
 from scheduler.processor.failpoints import FailpointHook
-from scheduler.processor.model import Entry, Event
+from scheduler.processor.model import DueOccurrence, Entry, Event
 from scheduler.processor.outputs import CommandOutcome, TickOutput
 from scheduler.processor.ownership import Loss, OwnedShard
 from scheduler.settings import Settings
@@ -161,7 +162,9 @@ class Checkpoint:
         an accepted change (or a completion)."""
         self._at(PRODUCE)
         topics, key = self._registry.topics, entry.schedule_id.encode()
-        sched, hist, version = wire_state.encode_schedule_change(entry, kind, request_id, now)
+        sched, hist, version = wire_state.encode_schedule_change(
+            entry, kind, request_id, now, self.owned.shard
+        )
         self._produce(topics.schedules, sched, key, self._p)
         self._produce(topics.of("schedules", entry.tenant), sched, key, self._p)
         if hist is not None:
@@ -187,8 +190,11 @@ class Checkpoint:
         self.out = out
         now, p, topics = int(self.clock), self._p, self._registry.topics
         self._wrote = self._wrote or bool(out.dispatch or out.events or out.completed or out.purged)
+        again: list[DueOccurrence] = []
         if out.dispatch:
             self._failpoint.hit("before_produce")
+            if self._registry.fault is not None:  # tests only (emission_faults.py); None otherwise
+                again = self._registry.fault.take(out.dispatch)
         stamp = wire.dispatch_stamp(int(self.clock * 1000))
         producer, encode_dispatch = self.owned.producer, wire.encode_dispatch
         produce = producer.produce
@@ -202,6 +208,10 @@ class Checkpoint:
                 produce(topic, value, key, partition=p)
             except BufferError:  # the client's queue is full: wait for room there
                 produce_waiting(producer, topic, value, key, p)
+        for occ in again:  # an emission fault's second copy, outside the transaction (tests only)
+            assert self._registry.fault is not None
+            self._registry.fault.produce_again(topics.settings, topics.of("dispatch", occ.tenant),
+                                               encode_dispatch(occ, stamp), occ.schedule_id.encode(), p)
         self.lifecycle(out.events, out.dead, now)
         for entry in out.completed:
             self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)
@@ -293,6 +303,7 @@ class Checkpoints:
 
     def __init__(self, settings: Settings, commit_threads: int) -> None:
         self.topics = Topics(settings)
+        self.fault = EmissionFaults.from_env()  # a test's emission fault; None in production
         self._open: set[Checkpoint] = set()
         self._committer = ThreadPoolExecutor(max_workers=commit_threads, thread_name_prefix="commit")
 

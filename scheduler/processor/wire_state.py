@@ -32,6 +32,7 @@ from scheduler.records import (
 from scheduler.vocabulary import CommandKind, Lane
 
 _COMMAND_KINDS = frozenset(CommandKind)
+_ON_TIME = (Lane.STRICT, Lane.FLEXIBLE)
 COMPLETION = "COMPLETE"  # the kind of the shard's own change of a schedule: it has no fire time left
 
 
@@ -60,6 +61,18 @@ def encode_shard_state(shard: ShardStore, clock: float) -> bytes:
             cursors=cursors,
         )
     )
+
+
+def tenant_cursors(shard: ShardStore, tenant: str) -> tuple[LaneCursor, ...]:
+    """``tenant``'s STRICT and FLEXIBLE cursors on ``shard`` now (a lane not used yet: the start,
+    (0, "")). Called while a tick applies commands, before it emits: what a change applied now
+    finds already given its fate."""
+    out = []
+    for lane in _ON_TIME:
+        q = shard.queues.get((tenant, lane))
+        at, sid = q.cursor if q is not None else shard.cursors.get((tenant, lane), (0, ""))
+        out.append(LaneCursor(tenant=tenant, lane=lane.name, at_s=at, schedule_id=sid))  # type: ignore[arg-type]
+    return tuple(out)
 
 
 def restore_state_record(shard: ShardStore, key: bytes | None, value: bytes) -> None:
@@ -171,12 +184,14 @@ def decode_schedule_entry(value: bytes) -> Entry:
 
 
 def encode_schedule_change(
-    entry: Entry, kind: str, request_id: str, now: int
+    entry: Entry, kind: str, request_id: str, now: int, shard: ShardStore | None = None
 ) -> tuple[bytes, bytes | None, bytes]:
     """The schedules, history and versions records of an accepted change (or a completion).
 
     The schedules record is rebuilt from the entry (its spec is the shared base
-    plus its payload), so the shard keeps no copy of the record.
+    plus its payload), so the shard keeps no copy of the record. The history record carries
+    the tenant's on-time lane cursors of ``shard`` (:func:`tenant_cursors`): the reconciler's
+    bound of which occurrences a change cut off or let in.
     """
     now_ms = now * 1000
     spec_rec = ScheduleSpecRecord.from_domain(entry.spec())
@@ -209,6 +224,7 @@ def encode_schedule_change(
                 state=lit(entry.state),  # type: ignore[arg-type]
                 applied_at_ms=now_ms,
                 effective_from_ms=entry.effective_from * 1000,
+                cursors=() if shard is None else tenant_cursors(shard, entry.tenant),
             )
         )
     version = encode(

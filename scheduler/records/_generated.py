@@ -334,8 +334,14 @@ class ScheduleHistoryEntry:
     state: ScheduleState | ScheduleStateSymbol
     # When the processor applied it (epoch ms UTC).
     applied_at_ms: int
-    # Occurrences of this version are those with available_at after this instant.
+    # Occurrences of this version are those with scheduled_for after this instant (and past the lane cursor in
+    # cursors).
     effective_from_ms: int
+    # The on-time lane cursors (STRICT, FLEXIBLE) of the schedule's tenant on its shard when the change was
+    # applied, before that tick emitted anything: an occurrence at or before its lane's cursor (available_at,
+    # schedule_id) had been given its fate, one after it had not. The reconciler bounds a version's
+    # occurrences with them. Empty before v2.
+    cursors: tuple[LaneCursor, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,96 @@
+"""The few leading fields the reconciler needs of a dispatch record or an occurrence event, fast.
+
+A replay of a million occurrences reads two million records: the reconciler reads only what
+it accounts with — occurrence id, schedule id, tenant, version, ``scheduled_for`` and, for a
+dispatch record, the attempt (skipping ``available_at`` and ``enqueued_at``); for an event,
+the state and the attempt — straight from the current schema's Avro body, one function call
+per record. Any record that is not in the current layout's common shape (another writer
+schema, a string of 64 bytes or more, a long attempt number) is read by the complete readers
+of :mod:`scheduler.history.readers`, which check the whole body. Field orders are theirs (checked
+at import there).
+"""
+
+from __future__ import annotations
+
+from scheduler.history.readers import _EVENT_HEADER, _EVENT_STATES, _OCC_HEADER, dispatch_fields, event_fields
+
+Head = tuple[str, str, str, int, int, int]  # oid, schedule id, tenant, version, scheduled_for_ms, attempt
+
+
+def dispatch_head(v: bytes) -> Head:
+    """(occurrence_id, schedule_id, tenant, version, scheduled_for_ms, attempt) of a dispatch record."""
+    if v[:10] == _OCC_HEADER:
+        head = _strings_and_version(v)
+        if head is not None:
+            oid, sid, ten, ver, p = head
+            sf, p = _varint(v, p)
+            while v[p] & 0x80:  # available_at_ms: skipped
+                p += 1
+            p += 1
+            while v[p] & 0x80:  # enqueued_at_ms: skipped
+                p += 1
+            b = v[p + 1]
+            if b < 0x80:
+                return oid, sid, ten, ver, sf, (b >> 1) ^ -(b & 1)
+    f = dispatch_fields(v)
+    return f[0], f[1], f[2], f[3], f[4], f[6]
+
+
+def event_head(v: bytes) -> tuple[str, str, str, int, int, str, int]:
+    """(occurrence_id, schedule_id, tenant, version, scheduled_for_ms, state, attempt or 0) of an event."""
+    if v[:10] == _EVENT_HEADER:
+        head = _strings_and_version(v)
+        if head is not None:
+            oid, sid, ten, ver, p = head
+            sf, p = _varint(v, p)
+            state, branch = v[p], v[p + 1]
+            if state < 0x80 and branch in (0, 2):
+                attempt = 0
+                if branch == 2:
+                    b = v[p + 2]
+                    if b >= 0x80:
+                        return _event_slow(v)
+                    attempt = (b >> 1) ^ -(b & 1)
+                return oid, sid, ten, ver, sf, _EVENT_STATES[state >> 1], attempt
+    return _event_slow(v)
+
+
+def _event_slow(v: bytes) -> tuple[str, str, str, int, int, str, int]:
+    f = event_fields(v)
+    return f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+
+
+def _strings_and_version(v: bytes) -> tuple[str, str, str, int, int] | None:
+    """The three leading strings and the version after the 10-byte header, when each string is
+    shorter than 64 bytes and the version fits one byte (one-byte lengths); else None."""
+    p = 10
+    n = v[p]
+    if n >= 0x80:
+        return None
+    e = p + 1 + (n >> 1)
+    oid = v[p + 1:e].decode()
+    n = v[e]
+    if n >= 0x80:
+        return None
+    p, e = e + 1, e + 1 + (n >> 1)
+    sid = v[p:e].decode()
+    n = v[e]
+    if n >= 0x80:
+        return None
+    p, e = e + 1, e + 1 + (n >> 1)
+    ten = v[p:e].decode()
+    b = v[e]
+    if b >= 0x80:
+        return None
+    return oid, sid, ten, (b >> 1) ^ -(b & 1), e + 1
+
+
+def _varint(v: bytes, p: int) -> tuple[int, int]:
+    z = shift = 0
+    while True:
+        b = v[p]
+        p += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), p
+        shift += 7
