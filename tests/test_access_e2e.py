@@ -235,3 +235,20 @@ def test_cli_access_errors_are_one_line_and_exit_2(
     err = capsys.readouterr().err.strip()
     assert time.monotonic() - t0 < 10
     assert "\n" not in err and "refused the login" in err and f"User:{user}" in err
+
+
+def test_sdk_whose_acls_are_taken_away_gets_access_denied_every_time(cluster: Settings) -> None:
+    """The second refusal may come from ``produce`` itself (librdkafka caches the topic's refusal),
+    the first from the delivery report: both are the same one-line AccessDenied."""
+    from scheduler.access import tenant as tenant_principal
+    from scheduler.kafka.acls import delete_principal_acls
+
+    assert main(["tenants", "add", "gone-acls"]) == 0
+    with SchedulerClient(cluster, tenant="gone-acls", timeout_s=5) as client:
+        spec = ScheduleSpec(kind="cron", cron="* * * * *", timezone="UTC", handler="h")
+        assert client.get("gone-acls", "s" * 32) is None  # its ACLs work
+        principal = tenant_principal(cluster.namespace, "gone-acls").kafka_principal
+        assert delete_principal_acls(admin_client(as_admin(cluster)), principal) > 0
+        for attempt in range(3):
+            with pytest.raises(AccessDenied, match=rf"{cluster.namespace}\.commands\.gone-acls"):
+                client.create("gone-acls", spec, key=f"after-{attempt}")

@@ -243,6 +243,10 @@ class SchedulerClient(QueryCalls):
                 on_delivery=delivered,
             )
         except (KafkaException, BufferError) as exc:
+            err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if isinstance(err, KafkaError) and is_denial(err):  # refused before any delivery report
+                raise denied(self.conn.who, err, topic_name(self.settings, "commands", command.tenant),
+                             "write") from None
             what = f"{command.kind} {command.request_id}"
             raise PublishError(f"{what}: Kafka refused the command: {exc}") from None
         self._producer.flush(self.timeout_s)
