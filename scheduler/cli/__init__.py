@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "worker_cmd",
     "history_cmd",
     "reconcile_cmd",
+    "status_cmd",
     "schedule_cmd",
     "queries_cmd",
     "dlq_cmd",

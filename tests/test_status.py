@@ -1,0 +1,96 @@
+"""``ksched status`` (issue 16, item 1): the verdict on constructed views (pure), then the real
+broker: no processor -> every shard unowned, exit 1; a processor owning them all -> exit 0 with its
+shards, watermarks and the registered tenant."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+
+import pytest
+from namespaces import drop_namespace
+from test_processor_failover import InProcess, OffsetClock, with_topics
+
+from scheduler.access_admin import ensure_services
+from scheduler.cli import main
+from scheduler.settings import Settings
+from scheduler.status.model import WATERMARK_LAG_LIMIT_S, ShardView, StatusView, TenantView, problems, to_json
+from scheduler.tenant_admin import current, put
+from scheduler.tenants import Tenant
+
+NOW = 1_900_000_000_000
+
+
+def _view(*shards: ShardView) -> StatusView:
+    return StatusView(bootstrap="b", namespace="ns", brokers=("127.0.0.1:1 (node 1)",), processors=(),
+                      shards=shards, taken_at_ms=NOW,
+                      tenants=(TenantView(name="t", state="ACTIVE", dispatch_offsets=5, worker_lag=1,
+                                          workers=1, dlq_offsets=0),))
+
+
+def test_a_healthy_view_has_no_problem_and_its_lags_are_reported() -> None:
+    v = _view(ShardView(shard=0, owner="p1", watermark_ms=NOW - 400, updated_at_ms=NOW - 300))
+    assert problems(v) == []
+    data = to_json(v)
+    assert data["shards"][0]["watermark_lag_s"] == pytest.approx(0.4)
+    assert data["shards"][0]["commit_age_s"] == pytest.approx(0.3) and data["problems"] == []
+
+
+def test_an_unowned_or_late_shard_is_named_with_the_fix() -> None:
+    late_ms = NOW - int((WATERMARK_LAG_LIMIT_S + 5) * 1000)
+    v = _view(ShardView(shard=0, owner=None, watermark_ms=None, updated_at_ms=None),
+              ShardView(shard=1, owner="p1", watermark_ms=late_ms, updated_at_ms=late_ms),
+              ShardView(shard=2, owner="p1", watermark_ms=NOW, updated_at_ms=NOW))
+    found = problems(v)
+    assert len(found) == 2
+    assert found[0].startswith("shard 0 has no owner") and "ksched processor" in found[0]
+    assert found[1].startswith("shard 1 (owner p1) is 15.0 s behind the clock")
+
+
+@pytest.fixture
+def space(kafka_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    settings = kafka_settings.replace(namespace=f"{kafka_settings.namespace}-st{secrets.token_hex(2)}")
+    ensure_services(settings)
+    monkeypatch.setenv("KSCHED_NAMESPACE", settings.namespace)  # what the CLI reads
+    yield settings
+    drop_namespace(settings)
+
+
+def _status(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    capsys.readouterr()
+    code = main(["status", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.kafka
+def test_status_names_unowned_shards_then_the_processor_that_owns_them(
+    space: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tenant = Tenant(name="st")
+    tenants = with_topics(space, tenant)
+    put(space, current(space), tenant)
+    code, data = _status(capsys)
+    assert code == 1
+    assert [s["owner"] for s in data["shards"]] == [None] * space.partitions  # type: ignore[index]
+    assert len(data["problems"]) == space.partitions  # type: ignore[arg-type]
+    proc = InProcess(space, tenants, OffsetClock())
+    try:
+        proc.wait_owning(space.partitions)
+        deadline = time.monotonic() + 30
+        while True:  # each shard's first ShardState comes with its first committed tick
+            code, data = _status(capsys)
+            if all(s["watermark_lag_s"] is not None for s in data["shards"]):  # type: ignore[union-attr]
+                break
+            assert time.monotonic() < deadline, data["shards"]
+            time.sleep(0.5)
+        assert main(["status"]) == 0 and "every shard owned and on time" in capsys.readouterr().out
+    finally:
+        proc.stop()
+    assert code == 0, data["problems"]
+    [p] = data["processors"]  # type: ignore[misc]
+    assert p["shards"] == list(range(space.partitions)) and p["client_id"]
+    assert {s["owner"] for s in data["shards"]} == {p["client_id"]}  # type: ignore[union-attr]
+    [t] = data["tenants"]  # type: ignore[misc]
+    assert t["name"] == "st" and t["state"] == "ACTIVE" and t["workers"] == 0
