@@ -118,6 +118,7 @@ def test_a_new_tenants_topics_are_picked_up_live(space: BenchNamespace, tmp_path
             _wait(lambda: store.count("occurrences") == OCCURRENCES + 50, 60, "the new tenant's records")
             value = metrics.registry.get_sample_value
             assert value("ksched_history_rows_written_total", {"table": "occurrences"}) >= OCCURRENCES + 50
+            assert value("ksched_history_rows_written_total", {"table": "schedule_changes"}) >= 1  # CREATEs
             assert value("ksched_history_records_total") == indexer.stats.records > 0
             assert value("ksched_history_batch_seconds_count") == indexer.stats.batches
         finally:

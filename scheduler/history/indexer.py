@@ -185,7 +185,7 @@ class Indexer:
         m.batches.inc()
         m.last_commit.set_to_current_time()
         for table, rows in (("occurrences", batch.occurrences), ("attempts", batch.attempts),
-                            ("schedules", batch.versions)):
+                            ("schedules", batch.versions), ("schedule_changes", batch.changes)):
             m.rows.labels(table=table).inc(len(rows))
         for reason, n in batch.skipped.items():
             self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + n
