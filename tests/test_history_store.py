@@ -153,3 +153,37 @@ def test_a_conflicting_batch_is_rebuilt_with_every_id_checked(tmp_path: Path) ->
         writer.close()
         assert store.count("occurrences") == 1 and store.offsets(G) == {("d", 0): 2}
     assert applied[0].verify_ids and applied[0].skipped == {"occurrence_id mismatch": 1}
+
+
+@pytest.mark.postgres
+def test_a_select_only_role_reads_postgresql_opened_read_only(pg_dsn: str) -> None:
+    """The SDK's queries and the reconciler open the store read-only: a role that may only SELECT
+    reads it; opened to write, the same role gets the owner's fix, never a traceback."""
+    import secrets
+
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from scheduler.history import HistoryStoreError
+
+    with open_store(pg_dsn, Path("unused.db")) as owner:
+        owner.apply("g", Batch(), {("t", 0): 7})
+    params = conninfo_to_dict(pg_dsn)
+    schema = str(params["options"]).split("search_path=")[1].split()[0]
+    role = f"reader_{secrets.token_hex(4)}"
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute(f"CREATE ROLE {role} LOGIN")  # type: ignore[arg-type]
+        c.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")  # type: ignore[arg-type]
+        c.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")  # type: ignore[arg-type]
+    reader = make_conninfo(pg_dsn, user=role)
+    with open_store(reader, Path("unused.db"), read_only=True) as store:
+        assert store.offsets("g") == {("t", 0): 7}
+        with pytest.raises(HistoryStoreError, match="opened read-only"):
+            store.apply("g", Batch(), {("t", 0): 8})
+    with pytest.raises(HistoryStoreError, match="may not create the history tables"):
+        open_store(reader, Path("unused.db"))
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA empty_{role} AUTHORIZATION postgres")  # type: ignore[arg-type]
+    empty = make_conninfo(pg_dsn, options=f"-c search_path=empty_{role}")
+    with pytest.raises(HistoryStoreError, match=r"no history table occurrences.*run `ksched history` once"):
+        open_store(empty, Path("unused.db"), read_only=True)

@@ -94,7 +94,7 @@ def _store(settings: Any, args: argparse.Namespace) -> Any:
 
     dsn = settings.history_dsn if args.dsn is None else args.dsn
     try:
-        return open_store(dsn, settings.history_default_sqlite)
+        return open_store(dsn, settings.history_default_sqlite, read_only=True)  # it only reads
     except (HistoryStoreError, ValueError) as exc:
         raise UsageError(f"--dsn / history_dsn {dsn!r}: {exc}") from None
 

@@ -72,7 +72,8 @@ class HistoryReader:
             if path is not None and not Path(path).is_file():
                 raise HistoryNotIndexed(f"no history store ({self.where}: no such file): {fix}")
             try:
-                self._store = open_store(self.settings.history_dsn, self.settings.history_default_sqlite)
+                self._store = open_store(self.settings.history_dsn, self.settings.history_default_sqlite,
+                                         read_only=True)
             except (HistoryStoreError, ValueError) as exc:
                 raise HistoryUnavailable(f"the history store ({self.where}) cannot be opened: {exc}") \
                     from None

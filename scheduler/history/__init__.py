@@ -45,9 +45,12 @@ def sqlite_path(dsn: str, default_sqlite: Path) -> Path | None:
     return Path(os.path.expanduser(path))
 
 
-def open_store(dsn: str, default_sqlite: Path) -> HistoryStore:
+def open_store(dsn: str, default_sqlite: Path, *, read_only: bool = False) -> HistoryStore:
     """The store ``dsn`` names: empty → SQLite at ``default_sqlite``; ``sqlite:///PATH`` or a plain
     path → SQLite there; ``postgresql://…`` / ``postgres://…`` or a libpq ``key=value`` string →
-    PostgreSQL. Raises :class:`HistoryStoreError` naming the setting when it cannot be opened."""
+    PostgreSQL. Raises :class:`HistoryStoreError` naming the setting when it cannot be opened.
+
+    ``read_only`` (readers: queries, the reconciler): PostgreSQL creates nothing, so a role with
+    SELECT only may read; SQLite, a local file of the user's, is opened as always."""
     path = sqlite_path(dsn, default_sqlite)
-    return PostgresHistoryStore(dsn) if path is None else SQLiteHistoryStore(path)
+    return PostgresHistoryStore(dsn, read_only=read_only) if path is None else SQLiteHistoryStore(path)

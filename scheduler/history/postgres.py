@@ -53,7 +53,10 @@ _SKIP = sql.add_skipped(_D)
 class PostgresHistoryStore(HistoryStore):
     """History store in PostgreSQL at ``dsn`` (a libpq connection string or URL)."""
 
-    def __init__(self, dsn: str, *, connect_timeout_s: int = 10) -> None:
+    def __init__(self, dsn: str, *, connect_timeout_s: int = 10, read_only: bool = False) -> None:
+        """``read_only``: create nothing (a role with SELECT only: the SDK's and the API's queries,
+        the reconciler) and refuse :meth:`apply`; the tables must exist."""
+        self._read_only = read_only
         try:
             params = conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
@@ -72,7 +75,10 @@ class PostgresHistoryStore(HistoryStore):
             raise HistoryStoreError(
                 f"{self!r}: cannot connect ({_first_line(exc)}): check history_dsn and that the server is up"
             ) from exc
-        self._create_schema()
+        if read_only:
+            self._check_schema()
+        else:
+            self._create_schema()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -97,7 +103,21 @@ class PostgresHistoryStore(HistoryStore):
             _rollback_quietly(c)
             raise
 
+    def _check_schema(self) -> None:
+        row = self._conn.execute(
+            "SELECT " + ", ".join(f"to_regclass('{t}') IS NOT NULL" for t in sql.TABLES)  # type: ignore[arg-type]
+        ).fetchone()
+        self._conn.rollback()
+        missing = [t for t, there in zip(sql.TABLES, row or (), strict=False) if not there]
+        if missing:
+            raise HistoryStoreError(
+                f"{self!r}: no history table {', '.join(missing)} here: run `ksched history` once as the "
+                "schema's owner (it creates them), or check the DSN's search_path"
+            )
+
     def apply(self, group: str, batch: Batch, offsets: Mapping[TopicPartitionKey, int]) -> None:
+        if self._read_only:
+            raise HistoryStoreError(f"{self!r} was opened read-only: the indexer opens it to write")
         c = self._conn
         try:
             with c.cursor() as cur:
