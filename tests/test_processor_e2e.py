@@ -90,7 +90,9 @@ def test_create_dispatches_at_its_time_and_bad_commands_are_answered(cluster: Se
             occ = got[0]
             assert occ.occurrence_id == occurrence_id(acc.schedule_id, 1, due)
             assert (occ.payload, occ.tenant, occ.scheduled_for_ms) == (b"hello", "e2e", due * 1000)
-            assert occ.enqueued_at_ms - occ.scheduled_for_ms < 2000
+            # On time within the SLO (DESIGN.md §7: 5 s); its percentiles are the benchmarks' job, and
+            # 2 s was exceeded on a loaded CI machine.
+            assert occ.enqueued_at_ms - occ.scheduled_for_ms < 5000
             mine = read_schedules(cluster, "e2e")
             assert getattr(mine[acc.schedule_id], "state", None) in ("ACTIVE", "COMPLETED")
             assert acc.schedule_id not in read_schedules(cluster, "other")  # tenants never see each other
