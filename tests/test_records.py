@@ -361,6 +361,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(records.__all__) == sorted(
         [
             "TOP_LEVEL",
+            "ApiKeyRecord",
             "AttemptReport",
             "CommandResult",
             "DlqEntry",
