@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_attempts_e2e import Events, Running
 
-import scheduler.client
+import scheduler.client.commands
 from scheduler.client import SchedulerClient
 from scheduler.domain import ScheduleSpec
 from scheduler.history import SQLiteHistoryStore
@@ -69,7 +69,7 @@ def clock(kafka_settings: Settings, monkeypatch_module: pytest.MonkeyPatch) -> C
     add_tenant(kafka_settings.tenants_file, Tenant(name=TENANT, retry_budget_per_min=0))
     apply_all()
     c = Clock(C0)
-    monkeypatch_module.setattr(scheduler.client, "time",
+    monkeypatch_module.setattr(scheduler.client.commands, "time",  # the SDK stamps its commands there
                                types.SimpleNamespace(time=c, monotonic=time.monotonic, sleep=time.sleep))
     return c
 
