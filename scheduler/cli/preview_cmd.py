@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 from scheduler.cli import UsageError
+from scheduler.cli.instants import iso_utc
 
 PREVIEW_SCHEDULE_ID = "preview"
 PREVIEW_VERSION = 1
@@ -62,13 +63,7 @@ def register(sub: Any) -> None:
 def _parse_after(text: str | None) -> dt.datetime:
     if text is None:
         return dt.datetime.now(dt.UTC).replace(microsecond=0)
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"--after: {text!r} is not an ISO-8601 datetime") from None
-    if t.tzinfo is None:  # documented: --after is UTC
-        t = t.replace(tzinfo=dt.UTC)
-    return t.astimezone(dt.UTC)
+    return iso_utc("--after", text)  # documented: a naive --after is UTC
 
 
 def _z(t: dt.datetime) -> str:

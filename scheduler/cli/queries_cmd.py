@@ -15,13 +15,13 @@ unknown id (or another tenant's) exits 1 with one line on stderr.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.cli import UsageError
+from scheduler.cli.instants import iso_utc
 from scheduler.vocabulary import OccurrenceState, ScheduleState
 
 if TYPE_CHECKING:
@@ -108,13 +108,7 @@ def _answer(fn: Callable[[HistoryReader], _T]) -> _T | None:
 def _instant(flag: str, text: str | None, default_ms: int) -> int:
     if text is None:
         return default_ms
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{flag}: {text!r} is not an ISO-8601 datetime, e.g. 2026-03-09T13:00:00Z") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
+    return int(iso_utc(flag, text, "an ISO-8601 datetime, e.g. 2026-03-09T13:00:00Z").timestamp() * 1000)
 
 
 def _get(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ Prometheus metrics.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import time
 from pathlib import Path
 from typing import Any
@@ -40,19 +39,13 @@ def register(sub: Any) -> None:
 
 def parse_instant(flag: str, text: str) -> int:
     """Epoch seconds of ``text``: ``now``, an integer, or ISO 8601 (UTC when it has no offset)."""
-    from scheduler.cli import UsageError
+    from scheduler.cli.instants import iso_utc
 
     if text == "now":
         return int(time.time())
     if text.lstrip("-").isdigit():
         return int(text)
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{flag}: {text!r} is not an ISO-8601 datetime, epoch seconds or 'now'") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp())
+    return int(iso_utc(flag, text, "an ISO-8601 datetime, epoch seconds or 'now'").timestamp())
 
 
 def _run(args: argparse.Namespace) -> int:
