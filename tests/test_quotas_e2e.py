@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from namespaces import drop_namespace
 from test_attempts_e2e import Running
 from test_processor_e2e import once_at
 from test_processor_failover import InProcess, OffsetClock, TopicReader, with_topics
-from test_worker_support import running
+from test_worker_support import Concurrency, running
 
 from scheduler.access_admin import ensure_services
 from scheduler.kafka.clients import consumer, producer
@@ -217,20 +216,8 @@ def test_max_running_holds_across_two_workers(space: Settings) -> None:
     cap, n = 3, 24
     tenant = Tenant(name="qd", max_running=cap, trigger_rate_per_s=0)
     tenants = with_topics(space, tenant)
-    lock = threading.Lock()
-    now_running: list[int] = [0]
-    peak: list[int] = [0]
-    ran: list[str] = []
-
-    def work(ctx: Context) -> None:
-        with lock:
-            now_running[0] += 1
-            peak[0] = max(peak[0], now_running[0])
-        time.sleep(0.5)
-        with lock:
-            now_running[0] -= 1
-            ran.append(ctx.occurrence_id)
-
+    work = Concurrency(hold_s=0.5)
+    ran = work.ran
     handlers: dict[str, Any] = {"h": work}
     proc = InProcess(space, tenants, OffsetClock())
     try:
@@ -245,6 +232,6 @@ def test_max_running_holds_across_two_workers(space: Settings) -> None:
                 time.sleep(0.1)
     finally:
         proc.stop()
-    print(f"max_running {cap}: peak {peak[0]} handlers at once over two workers, {len(ran)} ran")
+    print(f"max_running {cap}: peak {work.peak} handlers at once over two workers, {len(ran)} ran")
     assert len(set(ran)) == n
-    assert peak[0] == cap  # reached, never exceeded (each worker alone would allow 3)
+    assert work.peak == cap  # reached, never exceeded (each worker alone would allow 3)

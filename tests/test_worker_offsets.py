@@ -16,7 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_worker_support import close_producer, committed, dispatch, occ, reports, running, wait_for
+from test_worker_support import (
+    Concurrency,
+    close_producer,
+    committed,
+    dispatch,
+    occ,
+    reports,
+    running,
+    wait_for,
+)
 
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, add_tenant
@@ -40,23 +49,13 @@ def cluster(kafka_settings: Settings) -> Iterator[Settings]:
 
 def test_concurrency_limit_holds_while_long_handlers_heartbeat(cluster: Settings) -> None:
     tenant = "wk-conc"
-    lock = threading.Lock()
-    running_now, peak = [0], [0]
-
-    def slow(ctx: Context) -> None:
-        with lock:
-            running_now[0] += 1
-            peak[0] = max(peak[0], running_now[0])
-        time.sleep(1.0)
-        with lock:
-            running_now[0] -= 1
-
+    slow = Concurrency(hold_s=1.0)
     n = 9
     with reports(cluster, tenant) as rep, running(cluster, tenant, {"slow": slow}, heartbeat_s=0.3) as w:
         assert w.concurrency == 3  # the tenant's max_running
         dispatch(cluster, tenant, *(occ(tenant, f"s-{i}", handler="slow") for i in range(n)))
         rep.until(lambda _: len(rep.finals()) == n, timeout=60)
-        assert peak[0] == 3, f"peak concurrency {peak[0]}, limit 3"
+        assert slow.peak == 3, f"peak concurrency {slow.peak}, limit 3"
         for i in range(n):
             kinds = [r.kind for r in rep.of(f"s-{i}")]
             assert kinds[0] == "STARTED" and kinds[-1] == "SUCCEEDED"

@@ -165,3 +165,24 @@ def running(
         t.join(60)
         assert not t.is_alive(), "the worker did not stop"
         assert not errors, errors
+
+
+class Concurrency:
+    """A handler holding each occurrence ``hold_s`` seconds: ``peak`` is the most handlers it saw
+    running at once (across every worker that calls it), ``ran`` the occurrence ids it finished."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.peak = 0
+        self.ran: list[str] = []
+        self._now = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, ctx: Any) -> None:
+        with self._lock:
+            self._now += 1
+            self.peak = max(self.peak, self._now)
+        time.sleep(self.hold_s)
+        with self._lock:
+            self._now -= 1
+            self.ran.append(ctx.occurrence_id)
