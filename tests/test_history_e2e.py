@@ -4,7 +4,8 @@ topics, and the store holds their states, attempts and schedule versions."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,16 +24,27 @@ pytestmark = pytest.mark.kafka
 TENANT = "hist"
 
 
-@pytest.fixture(scope="module")
-def stack(kafka_settings: Settings) -> Iterator[Settings]:
+@contextmanager
+def processor_stack(kafka_settings: Settings, tenants: Iterable[str]) -> Iterator[Settings]:
+    """``tenants`` registered (no retry budget) with their topics, and a processor running on
+    short leases and ticks until the block ends; yields its settings."""
     from scheduler.cli.topics_cmd import apply_all
 
-    add_tenant(kafka_settings.tenants_file, Tenant(name=TENANT, retry_budget_per_min=0))
+    for name in tenants:
+        add_tenant(kafka_settings.tenants_file, Tenant(name=name, retry_budget_per_min=0))
     apply_all()
     settings = kafka_settings.replace(lease_s=3, tick_interval_ms=50)
     proc = Running(Processor(settings))
-    yield settings
-    proc.stop()
+    try:
+        yield settings
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_settings: Settings) -> Iterator[Settings]:
+    with processor_stack(kafka_settings, [TENANT]) as settings:
+        yield settings
 
 
 def ok_flaky_worker(settings: Settings, tenant: str) -> tuple[Worker, Running]:

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from test_attempts_e2e import Events, Running, once_in
+from test_history_e2e import processor_stack
 
 from scheduler.cli import main
 from scheduler.client import (
@@ -37,9 +38,7 @@ from scheduler.client import (
 from scheduler.domain import ScheduleSpec, occurrence_id
 from scheduler.history import open_store
 from scheduler.history.indexer import Indexer
-from scheduler.processor.runtime import Processor
 from scheduler.settings import Settings
-from scheduler.tenants import Tenant, add_tenant
 from scheduler.worker import Context, RetryableError, Worker
 
 pytestmark = pytest.mark.kafka
@@ -50,15 +49,8 @@ KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 @pytest.fixture(scope="module")
 def stack(kafka_settings: Settings) -> Iterator[Settings]:
-    from scheduler.cli.topics_cmd import apply_all
-
-    for t in (t for pair in TENANTS.values() for t in pair):
-        add_tenant(kafka_settings.tenants_file, Tenant(name=t, retry_budget_per_min=0))
-    apply_all()
-    settings = kafka_settings.replace(lease_s=3, tick_interval_ms=50)
-    proc = Running(Processor(settings))
-    yield settings
-    proc.stop()
+    with processor_stack(kafka_settings, [t for pair in TENANTS.values() for t in pair]) as settings:
+        yield settings
 
 
 @dataclass
