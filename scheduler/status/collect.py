@@ -6,8 +6,8 @@ What it asks, and of whom (no private side channel):
 2. the processors' consumer group ``<ns>.processor``: its members and the ``<ns>.shards``
    partitions assigned to each (that assignment *is* shard ownership);
 3. ``<ns>.state`` read to its end: each shard's last ``ShardState`` (watermark, last tick);
-4. the tenant registry, then per tenant the end offsets of its dispatch topic, its worker group's
-   committed offsets and members, and its DLQ topic's depth (one batched ``list_offsets``).
+4. the tenant registry; the end offsets of every tenant's dispatch and DLQ partitions (one
+   ``list_offsets`` per end), then per tenant its worker group's committed offsets and members.
 """
 
 from __future__ import annotations
@@ -51,9 +51,8 @@ def collect(settings: Settings) -> StatusView:
         for st in [states.get(p)]
     )
     registry = read_registry(settings).target  # 4
-    tenants = tuple(
-        _tenant(admin, settings, name, str(t.state), md.topics) for name, t in sorted(registry.items())
-    )
+    tenant_states = {name: str(t.state) for name, t in sorted(registry.items())}
+    tenants = _tenants(admin, settings, tenant_states, md.topics)
     return StatusView(
         bootstrap=settings.bootstrap_servers, namespace=settings.namespace, brokers=brokers,
         processors=processors, shards=shards, tenants=tenants, taken_at_ms=int(time.time() * 1000),
@@ -104,31 +103,43 @@ def _ends(admin: AdminClient, tps: Iterable[TopicPartition], spec: OffsetSpec) -
     return {(tp.topic, tp.partition): f.result(_TIMEOUT_S).offset for tp, f in futures.items()}
 
 
-def _tenant(
-    admin: AdminClient, settings: Settings, name: str, state: str, topics: dict[str, Any]
-) -> TenantView:
-    dispatch, dlq = topic_name(settings, "dispatch", name), topic_name(settings, "dlq", name)
+def _tenants(
+    admin: AdminClient, settings: Settings, states: dict[str, str], topics: dict[str, Any]
+) -> tuple[TenantView, ...]:
+    """Every tenant's view; the end offsets of all their partitions in one request per end."""
 
-    def parts(topic: str) -> list[TopicPartition]:
+    def parts(kind: str, name: str) -> list[TopicPartition]:
+        topic = topic_name(settings, kind, name)
         meta = topics.get(topic)
         return [TopicPartition(topic, p) for p in sorted(meta.partitions)] if meta and meta.partitions else []
 
-    d_parts, q_parts = parts(dispatch), parts(dlq)
-    high = _ends(admin, [*d_parts, *q_parts], OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    low = _ends(admin, [*d_parts, *q_parts], OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-    group = f"{settings.namespace}.tenant.{name}.worker"
-    committed: dict[tuple[str, int], int] = {}
-    workers = 0
-    if d_parts:
-        try:
-            req = [ConsumerGroupTopicPartitions(group, d_parts)]
-            got = admin.list_consumer_group_offsets(req, request_timeout=_TIMEOUT_S)[group].result(_TIMEOUT_S)
-            committed = {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions if tp.offset >= 0}
-            workers = len(_members(admin, group))
-        except KafkaException:
-            pass  # no such group yet: nothing consumed, no worker
-    keys = [(tp.topic, tp.partition) for tp in d_parts]
-    lag = sum(high[k] - committed.get(k, low[k]) for k in keys)
-    depth = sum(high[(tp.topic, tp.partition)] - low[(tp.topic, tp.partition)] for tp in q_parts)
-    return TenantView(name=name, state=state, dispatch_offsets=sum(high[k] for k in keys),
-                      worker_lag=max(lag, 0), workers=workers, dlq_offsets=depth)
+    d_parts = {name: parts("dispatch", name) for name in states}
+    q_parts = {name: parts("dlq", name) for name in states}
+    every = [tp for group in (d_parts, q_parts) for tps in group.values() for tp in tps]
+    high = _ends(admin, every, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    low = _ends(admin, every, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    out = []
+    for name, state in states.items():
+        keys = [(tp.topic, tp.partition) for tp in d_parts[name]]
+        committed, workers = _workers(admin, f"{settings.namespace}.tenant.{name}.worker", d_parts[name])
+        lag = sum(high[k] - committed.get(k, low[k]) for k in keys)
+        depth = sum(high[(tp.topic, tp.partition)] - low[(tp.topic, tp.partition)] for tp in q_parts[name])
+        out.append(TenantView(name=name, state=state, dispatch_offsets=sum(high[k] for k in keys),
+                              worker_lag=max(lag, 0), workers=workers, dlq_offsets=depth))
+    return tuple(out)
+
+
+def _workers(
+    admin: AdminClient, group: str, tps: list[TopicPartition]
+) -> tuple[dict[tuple[str, int], int], int]:
+    """The worker group's committed offsets of ``tps`` and its members; none of either before the
+    group exists (nothing consumed, no worker)."""
+    if not tps:
+        return {}, 0
+    try:
+        req = [ConsumerGroupTopicPartitions(group, tps)]
+        got = admin.list_consumer_group_offsets(req, request_timeout=_TIMEOUT_S)[group].result(_TIMEOUT_S)
+        committed = {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions if tp.offset >= 0}
+        return committed, len(_members(admin, group))
+    except KafkaException:
+        return {}, 0
