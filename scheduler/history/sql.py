@@ -50,10 +50,11 @@ def ddl(d: Dialect) -> list[str]:
         f" version {b} NOT NULL, scheduled_for_ms {b} NOT NULL, available_at_ms {b},"
         f" enqueued_at_ms {b}, state {t} NOT NULL, state_rank {b} NOT NULL, state_at_ms {b} NOT NULL,"
         f" attempt_count {b} NOT NULL, reason {t},"
-        f" UNIQUE (schedule_id, version, scheduled_for_ms)){d.fill}",
+        # UNIQUE (schedule_id, version, scheduled_for) with time before version: the same constraint
+        # (a set of columns), and its index also serves one schedule's occurrences by time (queries.py),
+        # which had an index of their own: one index fewer to maintain per row (a rebuild's cost).
+        f" UNIQUE (schedule_id, scheduled_for_ms, version)){d.fill}",
         "CREATE INDEX IF NOT EXISTS occurrences_tenant_time ON occurrences (tenant, scheduled_for_ms)",
-        # the queries (queries.py): one schedule's occurrences by time, newest or in a window
-        "CREATE INDEX IF NOT EXISTS occurrences_schedule_time ON occurrences (schedule_id, scheduled_for_ms)",
         "CREATE TABLE IF NOT EXISTS attempts ("
         f" occurrence_id {t} NOT NULL, attempt_no {b} NOT NULL, token {t} NOT NULL, tenant {t} NOT NULL,"
         f" schedule_id {t} NOT NULL, worker_id {t} NOT NULL, started_at_ms {b}, last_heartbeat_ms {b},"
