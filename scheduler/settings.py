@@ -48,6 +48,7 @@ class Settings:
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
     kafka_heap_mb: int = 768
+    kafka_nodes: int = 1  # 3: a local cluster (ksched kafka start --nodes 3), node i on kafka_port + 2(i-1)
     kafka_cache_dir: Path = field(default_factory=lambda: _cache_home() / "kafka")
     kafka_data_dir: Path = field(default_factory=lambda: _data_home() / "kafka-data")
     # Topics.
@@ -71,7 +72,9 @@ class Settings:
     @property
     def bootstrap_servers(self) -> str:
         """The bootstrap list to connect to: the configured one, or the local broker."""
-        return self.bootstrap or f"127.0.0.1:{self.kafka_port}"
+        if self.bootstrap:
+            return self.bootstrap
+        return ",".join(f"127.0.0.1:{self.kafka_port + 2 * i}" for i in range(self.kafka_nodes))
 
     @property
     def history_default_sqlite(self) -> Path:
@@ -152,6 +155,8 @@ def _validate(s: Settings) -> Settings:
         )
     if s.partitions < 1:
         raise SettingsError(f"setting partitions: {s.partitions} must be at least 1")
+    if not 1 <= s.kafka_nodes <= 5:
+        raise SettingsError(f"setting kafka_nodes: {s.kafka_nodes} must be 1 to 5 (local nodes)")
     if not s.namespace or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789-_" for c in s.namespace):
         raise SettingsError(
             f"setting namespace: {s.namespace!r} must be lower-case letters, digits, '-' or '_'"

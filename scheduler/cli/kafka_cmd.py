@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scheduler.localbroker import BrokerStatus, LocalBroker
+    from scheduler.localbroker import BrokerStatus, LocalBroker, LocalCluster
     from scheduler.settings import Settings
 
 
@@ -23,7 +23,9 @@ def register(sub: Any) -> None:
     ksub.required = True
     s = ksub.add_parser("start", help="start the local broker (fetches Kafka once with Maven)")
     s.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds to wait until it serves (120)")
+    s.add_argument("--timeout", type=float, default=180.0, help="seconds to wait until it serves (180)")
+    s.add_argument("--nodes", type=int, default=None,
+                   help="KRaft nodes: 1 broker, or a local cluster of 3 (default: setting kafka_nodes)")
     s.set_defaults(handler=_start)
     st = ksub.add_parser("stop", help="stop the local broker")
     st.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL (30)")
@@ -34,6 +36,8 @@ def register(sub: Any) -> None:
     lg = ksub.add_parser("logs", help="the broker's log")
     lg.add_argument("-n", "--lines", type=int, default=100, help="lines to show (100)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    lg.add_argument("--node", type=int, default=None,
+                    help="a local cluster's node (default: all; --follow: 1)")
     lg.set_defaults(handler=_logs)
 
 
@@ -43,20 +47,23 @@ def _settings() -> Settings:
     return load_settings()
 
 
-def _broker(settings: Settings) -> LocalBroker:
-    from scheduler.localbroker import BrokerConfig, LocalBroker
+def _broker(settings: Settings, nodes: int | None = None) -> LocalBroker | LocalCluster:
+    """The local broker, or the local cluster: of ``nodes``, else of the node count recorded in the
+    data dir by the cluster's first start, else of the setting ``kafka_nodes``."""
+    from scheduler.localbroker import BrokerConfig, LocalBroker, LocalCluster
 
-    return LocalBroker(
-        BrokerConfig(
-            version=settings.kafka_version,
-            port=settings.kafka_port,
-            controller_port=settings.kafka_controller_port,
-            heap_mb=settings.kafka_heap_mb,
-            cache_dir=settings.kafka_cache_dir,
-            data_dir=settings.kafka_data_dir,
-            credentials_file=settings.credentials_path,
-        )
+    config = BrokerConfig(
+        version=settings.kafka_version,
+        port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port,
+        heap_mb=settings.kafka_heap_mb,
+        cache_dir=settings.kafka_cache_dir,
+        data_dir=settings.kafka_data_dir,
+        credentials_file=settings.credentials_path,
     )
+    recorded = LocalCluster.recorded_nodes(settings.kafka_data_dir)
+    count = nodes or (recorded if recorded > 1 else settings.kafka_nodes)
+    return LocalCluster(config, count) if count > 1 else LocalBroker(config)
 
 
 def _fail(exc: Exception) -> int:
@@ -81,8 +88,8 @@ def _start(args: argparse.Namespace) -> int:
     if settings.bootstrap:
         print(f"kafka: KSCHED_BOOTSTRAP is set; using the existing cluster at {settings.bootstrap}")
         return 0
-    broker = _broker(settings)
     try:
+        broker = _broker(settings, args.nodes)
         before = broker.status()
         if not before.running and not broker.artifacts_ready():
             print(
@@ -179,7 +186,17 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
+    from scheduler.localbroker import LocalCluster
+
     broker = _broker(_settings())
+    if isinstance(broker, LocalCluster):
+        if args.node is None and not args.follow:
+            print(broker.logs(args.lines))
+            return 0
+        node = args.node or 1
+        if not 1 <= node <= len(broker.nodes):
+            return _fail(ValueError(f"--node {node}: the cluster has nodes 1 to {len(broker.nodes)}"))
+        broker = broker.nodes[node - 1]
     text = broker.logs(args.lines)
     if not text:
         print(f"kafka: no logs yet in {broker.logs_dir}", file=sys.stderr)

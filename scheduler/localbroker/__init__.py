@@ -1,6 +1,7 @@
 """The embedded local Apache Kafka 4.x broker behind ``ksched kafka start`` (development and tests).
 
-One combined broker+controller JVM (KRaft) bound to 127.0.0.1, its jars
+One combined broker+controller JVM (KRaft) bound to 127.0.0.1 -- or a cluster of them
+(:mod:`~scheduler.localbroker.cluster`, ``--nodes 3``) -- its jars
 resolved once with Maven into a per-user cache and reused offline afterwards.
 Not part of the Kafka client layer (:mod:`scheduler.kafka`): nothing in the
 scheduler's runtime path imports this package.
@@ -31,6 +32,7 @@ Every error is a :class:`LocalBrokerError` whose ``str()`` is one line naming th
 from __future__ import annotations
 
 from scheduler.localbroker.broker import BrokerStatus, LocalBroker
+from scheduler.localbroker.cluster import LocalCluster
 from scheduler.localbroker.config import BrokerConfig, kafka_uuid, server_properties
 from scheduler.localbroker.errors import LocalBrokerError
 from scheduler.localbroker.java import find_java, parse_java_major
@@ -42,6 +44,7 @@ __all__ = [
     "BrokerStatus",
     "LocalBroker",
     "LocalBrokerError",
+    "LocalCluster",
     "find_java",
     "kafka_uuid",
     "last_maven_error",

@@ -57,7 +57,7 @@ REFUSED_GRACE_S = 20.0
 _REFUSED = "the broker refuses the admin's password"
 
 
-def _quiet_admin(conn: KafkaConnection, refused: list[str] | None = None) -> Any:
+def quiet_admin(conn: KafkaConnection, refused: list[str] | None = None) -> Any:
     """An AdminClient that says nothing while the broker boots (connection-refused noise is
     expected, not news); a refused login is appended to ``refused`` (librdkafka reports it only
     to the error callback and otherwise retries quietly)."""
@@ -156,7 +156,7 @@ class LocalBroker:
 
         refused: list[str] = []
         try:
-            admin = _quiet_admin(self.connection(), refused)
+            admin = quiet_admin(self.connection(), refused)
             md = admin.list_topics(timeout=timeout_s)
         except CredentialsError as exc:
             return [], str(exc)
@@ -233,6 +233,12 @@ class LocalBroker:
     def start(self, *, fresh: bool = False, timeout_s: float = 120) -> BrokerStatus:
         """Start the broker (or reuse the healthy one of this data dir) and wait until it serves metadata."""
         deadline = time.monotonic() + timeout_s
+        return self.wait_healthy(self.launch(fresh=fresh), deadline)
+
+    def launch(self, *, fresh: bool = False, cluster_id: str | None = None) -> int:
+        """Start the JVM without waiting for it (or find the one running): its pid. A cluster's
+        nodes are all launched before any is waited for: none serves before a quorum is up.
+        ``cluster_id``: the one to format with when the storage is not formatted yet."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with locked(self.data_dir / ".lock"):
             pid = self._pid()
@@ -243,7 +249,7 @@ class LocalBroker:
                 self.stop()
                 pid = None
             if pid is not None:
-                return self._wait_healthy(pid, deadline)
+                return pid
             self._check_ports()
             java, _ = find_java()
             libs = self.ensure_artifacts()
@@ -252,7 +258,7 @@ class LocalBroker:
             self.storage.check_formatted_ports()
             self.storage.write_config()
             if not self.storage.formatted():
-                self.storage.format(java, libs)
+                self.storage.format(java, libs, cluster_id)
             cmd = [
                 str(java),
                 f"-Xmx{self.config.heap_mb}m", f"-Xms{min(256, self.config.heap_mb)}m",
@@ -269,9 +275,10 @@ class LocalBroker:
                     cwd=self.data_dir, start_new_session=True, close_fds=True,
                 )  # fmt: skip
             self.pid_file.write_text(f"{proc.pid}\n")
-            return self._wait_healthy(proc.pid, deadline)
+            return proc.pid
 
-    def _wait_healthy(self, pid: int, deadline: float) -> BrokerStatus:
+    def wait_healthy(self, pid: int, deadline: float) -> BrokerStatus:
+        """Wait until the broker ``pid`` serves metadata (by the ``time.monotonic()`` ``deadline``)."""
         refused_since: float | None = None
         while True:
             if not alive(pid):
@@ -312,13 +319,22 @@ class LocalBroker:
 
     def stop(self, *, timeout_s: float = 30) -> bool:
         """Stop this data dir's broker: SIGTERM, then SIGKILL after ``timeout_s``. True if one was stopped."""
-        pid = self._pid()
+        pid = self.terminate()
         if pid is None:
             return False
-        if not self._is_ours(pid):  # re-checked right before signalling: never a stranger's pid
-            return False
+        self.reap(pid, time.monotonic() + timeout_s)
+        return True
+
+    def terminate(self) -> int | None:
+        """Send SIGTERM to this data dir's broker without waiting: its pid, or None if none runs."""
+        pid = self._pid()
+        if pid is None or not self._is_ours(pid):  # re-checked right before signalling: never a stranger
+            return None
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
+        return pid
+
+    def reap(self, pid: int, deadline: float) -> None:
+        """Wait for the terminated ``pid`` to exit; SIGKILL it at ``deadline`` (``time.monotonic()``)."""
         while alive(pid):
             if time.monotonic() > deadline:
                 if self._is_ours(pid):
@@ -329,7 +345,6 @@ class LocalBroker:
                 break
             time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
-        return True
 
     def logs(self, lines: int = 100) -> str:
         """The last ``lines`` lines of the broker log, then of the JVM's stdout/stderr when it has any."""

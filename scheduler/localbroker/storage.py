@@ -105,12 +105,16 @@ class DataDir:
         write_secret_file(self.server_properties, props)  # it holds the admin password
         self.log4j_properties.write_text(log4j2_properties(self.logs_dir))
 
-    def format(self, java: Path, libs: Path) -> None:
-        """Format the KRaft storage (standalone controller) with a new cluster id; record it and the ports."""
-        cluster_id = kafka_uuid()
+    def format(self, java: Path, libs: Path, cluster_id: str | None = None) -> None:
+        """Format the KRaft storage with ``cluster_id`` (default: a new one); record it and the ports.
+
+        One node formats as a standalone controller; a cluster's nodes are formatted with the same
+        cluster id and no ``--standalone``: their static quorum is in ``server.properties``."""
+        cluster_id = cluster_id or kafka_uuid()
         scram = f"{MECHANISM}=[name={ADMIN_USER},password={self.admin_password()}]"
+        standalone = [] if self.config.quorum else ["--standalone"]
         self._run_tool(
-            java, libs, "format", "--standalone", "-t", cluster_id, "-c", str(self.server_properties),
+            java, libs, "format", *standalone, "-t", cluster_id, "-c", str(self.server_properties),
             "--add-scram", scram,
         )  # fmt: skip
         self.meta_file.write_text(
@@ -120,6 +124,8 @@ class DataDir:
                     "version": self.config.version,
                     "port": self.config.port,
                     "controller_port": self.config.controller_port,
+                    "node_id": self.config.node_id,
+                    "nodes": self.config.nodes,
                     "auth": AUTH_MARKER,
                 },
                 indent=1,
