@@ -7,7 +7,7 @@ KSCHED := $(BIN)/ksched
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install postgres-server java-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
+.PHONY: help install postgres-server java-tools prometheus-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -47,20 +47,40 @@ java-tools: ## install a JDK 17 and Maven (Debian's packages) when javac or mvn 
 	echo "make: javac or mvn not found: installing Debian's openjdk-17-jdk-headless and maven"; \
 	$(JAVA_APT_INSTALL) || { apt-get update -q && $(JAVA_APT_INSTALL); }
 
+# Prometheus and promtool (alert-rule tests, `promtool check metrics`, `make run`): Debian's
+# prometheus package when missing. Only the binaries are used: the package's service must not start
+# (it would bind 0.0.0.0:9090), so the install runs under a policy-rc.d that forbids starting
+# services (kept if the machine has one, removed after otherwise) and the unit is disabled after.
+PROM_APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+
+prometheus-tools: ## install Debian's prometheus (server + promtool) when missing; its service is never started
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: prometheus or promtool not found: run 'sudo apt-get install prometheus' (then stop its service: ksched starts its own)"; exit 1; \
+	fi; \
+	echo "make: prometheus or promtool not found: installing Debian's prometheus package (service not started)"; \
+	policy=/usr/sbin/policy-rc.d; own=; \
+	if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' > $$policy && chmod +x $$policy && own=1; fi; \
+	$(PROM_APT_INSTALL) || { apt-get update -q && $(PROM_APT_INSTALL); }; rc=$$?; \
+	[ -n "$$own" ] && rm -f $$policy; \
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
+	  systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
+	exit $$rc
+
 java-example: install ## build examples/java with Maven (dependencies in ksched's Maven cache, kafka_cache_dir/m2)
 	@command -v mvn >/dev/null || { echo "make: mvn not found: install Maven (apt-get install maven) or run make java-tools"; exit 1; }
 	mvn -B -q -f examples/java/pom.xml -Dmaven.repo.local="$$($(BIN)/python -c 'from scheduler.settings import load_settings; print(load_settings().kafka_cache_dir)')/m2" package
 
-test: install postgres-server ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
+test: install postgres-server prometheus-tools ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: install postgres-server ## run the slow suites (CI runs them too)
+test-slow: install postgres-server prometheus-tools ## run the slow suites (CI runs them too)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no slow tests collected
 
-test-all: install postgres-server ## every test, fast and slow
+test-all: install postgres-server prometheus-tools ## every test, fast and slow
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-run: install ## the demo: local Kafka, topics, two tenants, processor, workers, sample schedules, live view
+run: install prometheus-tools ## the demo: local Kafka, topics, two tenants, processor, workers, sample schedules, live view
 	$(KSCHED) kafka start
 	$(KSCHED) demo
 

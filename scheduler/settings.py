@@ -65,6 +65,12 @@ class Settings:
     start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     metrics_port: int = 9464
     api_port: int = 8080
+    # Prometheus (docs/operations.md): where every process registers its /metrics endpoint (a
+    # file_sd folder; empty: <kafka_data_dir>/../prometheus/targets), the port of the Prometheus
+    # `ksched demo` starts, and the URL `ksched status` links to (empty: that local one).
+    prometheus_sd_dir: str = ""
+    prometheus_port: int = 9468
+    prometheus_url: str = ""
     # History store (ksched history): empty = the SQLite file history.db in the data dir; else
     # sqlite:///PATH, a file path, or a PostgreSQL URL / libpq string (docs/history.md).
     history_dsn: str = ""
@@ -80,6 +86,18 @@ class Settings:
     def history_default_sqlite(self) -> Path:
         """The SQLite file used when ``history_dsn`` is empty."""
         return _data_home() / "history.db"
+
+    @property
+    def prometheus_targets_dir(self) -> Path:
+        """The file_sd folder the processes register their /metrics endpoint in."""
+        if self.prometheus_sd_dir:
+            return Path(self.prometheus_sd_dir).expanduser()
+        return Path(self.kafka_data_dir).expanduser().parent / "prometheus" / "targets"
+
+    @property
+    def prometheus_link(self) -> str:
+        """The Prometheus an operator should open: the setting, else the local one."""
+        return self.prometheus_url or f"http://127.0.0.1:{self.prometheus_port}"
 
     @property
     def embedded(self) -> bool:

@@ -203,7 +203,7 @@ def test_alphas_attacks_on_bravo_are_refused_and_bravo_fires_on_time(
                 if isinstance(o, Occurrence) and o.schedule_id in bravo_ids]
     for t in ("alpha", "bravo"):
         assert _read_all(settings, f"{ns}.dlq.{t}", DlqEntry, 0.5) == []
-    assert proc.metrics.reports_ignored.labels(kind="FAILED")._value.get() >= 2
+    assert proc.metrics.ignored("FAILED") >= 2
 
 
 def test_rotating_credentials_loses_no_occurrence(attacked: tuple[Settings, Processor]) -> None:

@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
                    help="records per database transaction at most (default 16000)")
     metrics = p.add_mutually_exclusive_group()
     metrics.add_argument("--metrics-port", type=int, default=None,
-                         help="serve /metrics here (default: setting metrics_port + 2)")
+                         help="serve /metrics here (default: setting metrics_port + 2; 0: any free port)")
     metrics.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
@@ -42,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     import signal
 
     from scheduler.cli import UsageError
+    from scheduler.cli.worker_cmd import serve_metrics_or_exit
     from scheduler.history import HistoryStoreError, open_store
     from scheduler.history.indexer import Indexer
     from scheduler.history.metrics import HistoryMetrics
@@ -61,7 +62,8 @@ def _run(args: argparse.Namespace) -> int:
             store.reset()
         metrics = HistoryMetrics()
         if not args.no_metrics:
-            _serve_metrics(args.metrics_port or settings.metrics_port + 2, metrics.registry)
+            port = settings.metrics_port + 2 if args.metrics_port is None else args.metrics_port
+            serve_metrics_or_exit(settings, metrics.registry, "ksched-history", port)
         indexer = Indexer(settings, store, group=args.group, max_batch=args.max_batch, metrics=metrics)
         signal.signal(signal.SIGTERM, lambda *_: indexer.stop())
         try:
@@ -74,16 +76,3 @@ def _run(args: argparse.Namespace) -> int:
               f"rows: {store.counts()}")
     return 0
 
-
-def _serve_metrics(port: int, registry: Any) -> None:
-    from prometheus_client import start_http_server
-
-    from scheduler.cli import UsageError
-
-    try:
-        start_http_server(port, addr="127.0.0.1", registry=registry)
-    except OSError as exc:
-        raise UsageError(
-            f"--metrics-port {port}: cannot listen ({exc.strerror}); "
-            "pass another --metrics-port or --no-metrics"
-        ) from None

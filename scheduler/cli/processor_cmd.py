@@ -14,7 +14,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--tick-budget", type=int, default=None, help="max dispatches per shard per transaction (setting)"
     )
-    p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics here (default: setting)")
+    p.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="serve /metrics here (default: setting metrics_port; 0: any free port)",
+    )
     p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run)
@@ -23,9 +26,8 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
-    from prometheus_client import start_http_server
-
     from scheduler.cli import UsageError
+    from scheduler.metrics_endpoint import MetricsPortError, serve_metrics
     from scheduler.processor.metrics import ProcessorMetrics
     from scheduler.processor.quota_feed import DemandTopicMissing
     from scheduler.processor.runtime import Processor
@@ -36,9 +38,11 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings()
     metrics = ProcessorMetrics()
     if not args.no_metrics:
-        start_http_server(
-            args.metrics_port or settings.metrics_port, addr="127.0.0.1", registry=metrics.registry
-        )
+        port = settings.metrics_port if args.metrics_port is None else args.metrics_port
+        try:
+            serve_metrics(settings, metrics.registry, job="ksched-processor", port=port)
+        except MetricsPortError as exc:
+            raise UsageError(str(exc)) from None
     proc = Processor(settings, instance_id=args.instance_id, tick_budget=args.tick_budget, metrics=metrics)
     proc.install_signal_handlers()
     try:

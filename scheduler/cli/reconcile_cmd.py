@@ -107,19 +107,14 @@ def _once(settings: Any, args: argparse.Namespace, t1: int, t2: int, store: Any,
 def _watch(settings: Any, args: argparse.Namespace, t1: int, store: Any, console: Any) -> int:
     """Reconcile ``[t1, t1 + W)``, then the next window, each once it is closed; never returns but
     by Ctrl-C (130). A window with findings is shown and written to ``--json``; metrics count all."""
-    from prometheus_client import start_http_server
-
-    from scheduler.cli import UsageError
+    from scheduler.cli.worker_cmd import serve_metrics_or_exit
     from scheduler.reconcile.metrics import ReconcileMetrics
     from scheduler.reconcile.report import show, write_json
     from scheduler.reconcile.run import WindowNotClosed, reconcile
 
     metrics = ReconcileMetrics()
-    port = args.metrics_port or settings.metrics_port + 3
-    try:
-        start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
-    except OSError as exc:
-        raise UsageError(f"--metrics-port {port}: cannot listen ({exc.strerror}); pass another") from None
+    port = settings.metrics_port + 3 if args.metrics_port is None else args.metrics_port
+    serve_metrics_or_exit(settings, metrics.registry, "ksched-reconcile", port)
     console.print(f"reconciling {args.tenant} in {WATCH_WINDOW_S} s windows from {t1}; metrics on :{port}")
     try:
         while True:

@@ -33,7 +33,8 @@ def register(sub: Any) -> None:
     metrics = p.add_mutually_exclusive_group()
     metrics.add_argument(
         "--metrics-port", type=int, default=None,
-        help="serve /metrics here (default: setting metrics_port + 1, next to a local processor's)",
+        help="serve /metrics here (default: setting metrics_port + 1, next to a local processor's; "
+        "0: any free port)",
     )
     metrics.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument(
@@ -104,7 +105,8 @@ def _run(args: argparse.Namespace) -> int:
     except (WorkerConfigError, HandlerError) as exc:
         raise UsageError(str(exc)) from None
     if not args.no_metrics:
-        _serve_metrics(args.metrics_port or settings.metrics_port + 1, metrics)
+        port = settings.metrics_port + 1 if args.metrics_port is None else args.metrics_port
+        serve_metrics_or_exit(settings, metrics.registry, "ksched-worker", port)
     try:
         worker.run()
     except WorkerConfigError as exc:
@@ -112,15 +114,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_metrics(port: int, metrics: Any) -> None:
-    from prometheus_client import start_http_server
 
+def serve_metrics_or_exit(settings: Any, registry: Any, job: str, port: int) -> None:
+    """Serve and register /metrics (scheduler.metrics_endpoint); a busy port is a UsageError."""
     from scheduler.cli import UsageError
+    from scheduler.metrics_endpoint import MetricsPortError, serve_metrics
 
     try:
-        start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
-    except OSError as exc:
-        raise UsageError(
-            f"--metrics-port {port}: cannot listen ({exc.strerror}); "
-            "pass another --metrics-port or --no-metrics"
-        ) from None
+        serve_metrics(settings, registry, job=job, port=port)
+    except MetricsPortError as exc:
+        raise UsageError(str(exc)) from None

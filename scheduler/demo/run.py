@@ -16,6 +16,7 @@ from pathlib import Path
 
 from scheduler.client import SchedulerClient
 from scheduler.domain import ScheduleSpec
+from scheduler.prometheus_server import LocalPrometheus, PrometheusError
 from scheduler.settings import Settings, load_settings
 from scheduler.subprocesses import stop_all
 from scheduler.tenants import Tenant, add_tenant, load_tenants
@@ -82,19 +83,36 @@ def run_demo(duration_s: float | None = None, live: bool = True) -> int:
         if t not in known:
             add_tenant(registry, Tenant(name=t, max_running=8))
     apply_all()
+    prometheus = _start_prometheus(settings, folder)
     children = _start(folder, env)
     try:
         names = _create_schedules(settings)
         return _watch(settings, names, children, duration_s, live, folder)
     finally:
         stop_all(children.values(), 20)
+        if prometheus is not None:
+            prometheus.stop()
+
+
+def _start_prometheus(settings: Settings, folder: Path) -> LocalPrometheus | None:
+    """A Prometheus on 127.0.0.1:prometheus_port scraping every registered process, the alert
+    rules loaded; the demo goes on without it (one line says why) when it cannot start."""
+    prom = LocalPrometheus(folder / "prometheus", settings.prometheus_port, settings.prometheus_targets_dir)
+    try:
+        prom.start()
+    except PrometheusError as exc:
+        print(f"demo: no Prometheus: {exc}")
+        return None
+    print(f"demo: Prometheus at {prom.url} (alerts: {prom.url}/alerts), scraping {prom.targets_dir}")
+    return prom
 
 
 def _start(folder: Path, env: dict[str, str]) -> dict[str, subprocess.Popen[bytes]]:
     ksched = [sys.executable, "-m", "scheduler"]
     cmds = {
-        "processor": [*ksched, "processor", "--log-level", "INFO"],
-        "history": [*ksched, "history", "--no-metrics", "--log-level", "INFO"],  # store: setting history_dsn
+        # --metrics-port 0: any free port, registered for the demo's Prometheus (metrics_endpoint.py)
+        "processor": [*ksched, "processor", "--metrics-port", "0", "--log-level", "INFO"],
+        "history": [*ksched, "history", "--metrics-port", "0", "--log-level", "INFO"],  # store: history_dsn
         **{
             f"worker-{t}": [
                 *ksched,
@@ -105,7 +123,8 @@ def _start(folder: Path, env: dict[str, str]) -> dict[str, subprocess.Popen[byte
                 "scheduler.demo.handlers",
                 "--grace-s",
                 "5",
-                "--no-metrics",
+                "--metrics-port",
+                "0",
                 "--log-level",
                 "INFO",
             ]

@@ -134,9 +134,9 @@ class Inbox:
         return self._command(shard, cp, decoded, now, tenant)
 
     def _report(self, shard: Shard, cp: Checkpoint, rep: AttemptReport, now: int, tenant: str) -> bool:
-        self.metrics.reports.labels(kind=rep.kind).inc()
+        self.metrics.reports.labels(tenant=tenant, kind=rep.kind).inc()
         if rep.tenant != tenant:  # another tenant's name on this tenant's topic: a forgery or a bug
-            self.metrics.reports_ignored.labels(kind=rep.kind).inc()
+            self.metrics.reports_ignored.labels(tenant=tenant, kind=rep.kind).inc()
             log.debug("report %s %s ignored: tenant %r on the commands topic of %r",
                       rep.kind, rep.occurrence_id[:100], rep.tenant[:100], tenant)
             return False
@@ -147,10 +147,10 @@ class Inbox:
         except Exception:  # a bug must not turn one report into a crash loop of the shard
             log.exception("report %s %s not applied: ignored; the shard is rebuilt from Kafka",
                           rep.kind, rep.occurrence_id[:100])
-            self.metrics.reports_ignored.labels(kind=rep.kind).inc()
+            self.metrics.reports_ignored.labels(tenant=tenant, kind=rep.kind).inc()
             return True
         if res.ignored is not None:
-            self.metrics.reports_ignored.labels(kind=rep.kind).inc()
+            self.metrics.reports_ignored.labels(tenant=tenant, kind=rep.kind).inc()
             log.debug("report %s %s ignored: %s", rep.kind, rep.occurrence_id, res.ignored)
         cp.lifecycle(res.events, res.dead, now)
         return False

@@ -96,6 +96,20 @@ class LaneQueue:
             total -= self._open_pos
         return max(0, total)
 
+    def counts_until(self, untils: tuple[int, ...]) -> list[int]:
+        """For each of ``untils``, entries with ``available_at`` at or before it not yet handed out
+        (stale copies included: upper bounds), in one pass over the buckets."""
+        totals = [0] * len(untils)
+        for k, b in self._buckets.items():
+            for i, u in enumerate(untils):
+                if k <= u:
+                    totals[i] += len(b)
+        if self._open_key is not None:
+            for i, u in enumerate(untils):
+                if self._open_key <= u:
+                    totals[i] -= self._open_pos
+        return [max(0, t) for t in totals]
+
     def prepare(self, until: int) -> Iterator[Armable]:
         """Sort every bucket due at or before ``until`` ahead of time; yield its live entries.
 

@@ -161,6 +161,7 @@ class Ownership:
         if not partitions:
             return
         started = time.monotonic()
+        self.metrics.restore_began([tp.partition for tp in partitions], time.time())
         producers: dict[int, Producer] = {}
         for tp in partitions:  # 1. fence
             p = tp.partition
@@ -192,7 +193,7 @@ class Ownership:
         self.metrics.restore_wall_seconds.inc(elapsed)
         for p, shard in shards.items():
             shard.finish_restore(int(self.clock()))  # 3. arm
-            self.metrics.restore_seconds.labels(shard=str(p)).set(elapsed)
+            self.metrics.restore_done(p, elapsed)
             log.info(
                 "shard %d: restored %d schedules, %d state records; watermark %d",
                 p, stats[p].schedules, stats[p].state_records, shard.watermark(),
@@ -237,7 +238,9 @@ class Ownership:
         if owned is None:
             return
         owned.shard.close()  # 5. drop
+        self.metrics.shard_dropped(p)
         if why in _REBUILD:  # 6. rebuild: steps 2-4, same producer
+            self.metrics.restore_began([p], time.time())
             self._restore({p: owned.producer}, time.monotonic())
             self._resume(p)
             return

@@ -24,6 +24,7 @@ from scheduler.kafka.clients import consumer_config
 from scheduler.principals import as_processor
 from scheduler.processor import wire
 from scheduler.processor.checkpoint import Checkpoint, Checkpoints
+from scheduler.processor.clock_probe import ClockProbe
 from scheduler.processor.failpoints import Failpoint, FailpointHook
 from scheduler.processor.heap import Heap
 from scheduler.processor.inbox import Inbox
@@ -36,7 +37,7 @@ from scheduler.tenants import Tenant
 from scheduler.topology import load_declarations
 from scheduler.vocabulary import OccurrenceState
 
-# Occurrence events counted in ksched_lifecycle_total (MISSED has its own counter).
+# Occurrence events counted in ksched_occurrences_total (MISSED has its own counter).
 _COUNTED_BY_STATE = frozenset(
     {OccurrenceState.DEAD, OccurrenceState.RETRY_WAIT, OccurrenceState.SKIPPED_OVERLAP}
 )
@@ -67,11 +68,14 @@ class Processor:
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
         self.tick_budget = settings.tick_budget if tick_budget is None else tick_budget
         self.metrics = metrics or ProcessorMetrics()
+        self.metrics.shards.set(settings.partitions)
         self.clock = clock
         self.failpoint: FailpointHook = Failpoint.from_env()  # read at each tick: tests may replace it
         self.heap = Heap()
         # One commit thread per shard at most: every owned shard's commit may be in flight at once.
-        self.checkpoints = Checkpoints(settings, commit_threads=settings.partitions)
+        self.checkpoints = Checkpoints(
+            settings, commit_threads=settings.partitions, probe=ClockProbe(self.metrics.clock_sample)
+        )
         self.ownership = Ownership(
             settings, self.tenants, self.metrics, clock, self.heap, self.checkpoints.assert_none_open
         )

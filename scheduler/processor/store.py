@@ -298,6 +298,17 @@ class ShardStore:
         n = sum(len(cq) for cq in self.catch_up.values()) + len(self.attempts.released)
         return n + sum(q.due_count(now) for q in self.queues.values())
 
+    def upcoming(self, now: int, horizons: tuple[int, ...]) -> list[int]:
+        """For each horizon h (seconds), occurrences due by ``now + h`` and not yet emitted (the due
+        backlog included; upper bounds like :meth:`due_backlog`). O(buckets): call it sparingly."""
+        due_now = sum(len(cq) for cq in self.catch_up.values()) + len(self.attempts.released)
+        totals = [due_now] * len(horizons)
+        untils = tuple(now + h for h in horizons)
+        for q in self.queues.values():
+            for i, n in enumerate(q.counts_until(untils)):
+                totals[i] += n
+        return totals
+
     # -- the persisted runtime view -------------------------------------------------
     def runtime_changes(self) -> list[tuple[str, ScheduleRuntimeView | None]]:
         """The schedules whose persisted runtime state changed since the last call, with that

@@ -56,6 +56,7 @@ def collect(settings: Settings) -> StatusView:
     return StatusView(
         bootstrap=settings.bootstrap_servers, namespace=settings.namespace, brokers=brokers,
         processors=processors, shards=shards, tenants=tenants, taken_at_ms=int(time.time() * 1000),
+        prometheus=settings.prometheus_link,
     )
 
 

@@ -70,6 +70,7 @@ class StatusView:
     shards: tuple[ShardView, ...]
     tenants: tuple[TenantView, ...]
     taken_at_ms: int
+    prometheus: str = ""  # where the metrics and alerts are (setting prometheus_url)
 
 
 def problems(view: StatusView) -> list[str]:

@@ -16,6 +16,8 @@ def _s(value: float | None) -> str:
 def render(view: StatusView) -> Group:
     now = view.taken_at_ms
     head = Text(f"ksched {view.namespace} on {view.bootstrap} — brokers: {', '.join(view.brokers) or 'none'}")
+    if view.prometheus:
+        head.append(f"\nmetrics and alerts: {view.prometheus}/alerts (setting prometheus_url)")
     procs = Table(title="processors (group members)", title_justify="left")
     for col in ("client id", "host", "shards"):
         procs.add_column(col)
