@@ -81,5 +81,8 @@ schemas-check: install ## fail if records/_generated.py is stale or a schema cha
 	$(BIN)/python -m scheduler.records.generate --check
 	$(BIN)/python -m scheduler.records.compat
 
+openapi: install ## regenerate docs/openapi.json from the API's code (a test fails when it is stale)
+	$(KSCHED) api openapi
+
 clean: ## remove the venv and caches (not the Kafka jar cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
