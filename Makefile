@@ -7,7 +7,7 @@ KSCHED := $(BIN)/ksched
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install postgres-server java-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
+.PHONY: help install postgres-server java-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench openapi clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from test_attempts_e2e import Running, once_in
 from test_history_e2e import processor_stack
+from test_history_queries_e2e import _logs_in, _wait
 
 from scheduler.api.app import create_app, start_services
 from scheduler.api.deps import Services
@@ -72,6 +73,8 @@ def api(kafka_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
         def broken(ctx: Context) -> None:
             raise PermanentError("no such customer")
 
+        for t in (A, B):  # a new tenant's SCRAM credential reaches the broker a moment after apply_all
+            _wait(f"tenant {t}'s login", lambda t=t: _logs_in(stack, t))
         workers = [
             Worker(stack, tenant=t, handlers={"ok": ok, "broken": broken}, grace_s=1, heartbeat_s=0.5)
             for t in (A, B)
