@@ -7,7 +7,7 @@ KSCHED := $(BIN)/ksched
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install postgres-server java-tools prometheus-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench clean
+.PHONY: help install postgres-server java-tools prometheus-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench openapi clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -100,6 +100,9 @@ kafka-status: install ## show the local Kafka broker's status
 schemas-check: install ## fail if records/_generated.py is stale or a schema change breaks an older reader
 	$(BIN)/python -m scheduler.records.generate --check
 	$(BIN)/python -m scheduler.records.compat
+
+openapi: install ## regenerate docs/openapi.json from the API's code (a test fails when it is stale)
+	$(KSCHED) api openapi
 
 clean: ## remove the venv and caches (not the Kafka jar cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

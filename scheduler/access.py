@@ -9,6 +9,10 @@ module returns. One principal per role:
   state topics, its own group and transactional ids.
 - ``<ns>.history`` — the history indexers: read every tenant's commands, dispatch and occurrence
   events and the cluster's schedules and schedule history, in their own group. Nothing else.
+- ``<ns>.api`` — the HTTP API instances (``ksched api``): write every tenant's commands, read
+  every tenant's results and DLQ, write every tenant's dispatch (a DLQ replay), read the tenant
+  registry (its API keys), in its own groups. It reads no schedule or occurrence topic: its
+  queries go to the history store. The tenant of a request comes from its API key.
 - ``<ns>.tenant.<T>`` — one per tenant: write its commands, read its results, schedules,
   versions, dispatch, occurrence events and DLQ and the tenant registry, use groups and
   transactional ids under ``<ns>.tenant.<T>.`` — nothing else.
@@ -73,6 +77,10 @@ def history(namespace: str) -> Principal:
     return Principal(f"{namespace}.history", f"{namespace}.history.")
 
 
+def api(namespace: str) -> Principal:
+    return Principal(f"{namespace}.api", f"{namespace}.api.")
+
+
 def tenant(namespace: str, name: str) -> Principal:
     """Tenant ``name``'s principal. Pre: ``name`` matches :data:`TENANT_NAME` (else ValueError)."""
     if not TENANT_NAME.match(name):
@@ -132,9 +140,23 @@ def history_bindings(namespace: str) -> list[Binding]:
     return out
 
 
+def api_bindings(namespace: str) -> list[Binding]:
+    """The HTTP API's ACLs: a tenant's SDK rights over every tenant (it authenticates the tenant by
+    API key and scopes each request to it), minus what it does not read, plus a DLQ replay's write."""
+    p, ns = api(namespace), namespace
+    out = _grant(p, TOPIC, PREFIXED, f"{ns}.{TENANT_INPUT}.", ("WRITE", "DESCRIBE"))
+    for t in ("results", "dlq"):
+        out += _grant(p, TOPIC, PREFIXED, f"{ns}.{t}.", ("READ", "DESCRIBE"))
+    out += _grant(p, TOPIC, PREFIXED, f"{ns}.dispatch.", ("WRITE", "DESCRIBE"))  # POST /v1/dlq/{oid}:replay
+    out += _grant(p, TOPIC, LITERAL, f"{ns}.tenants", ("READ", "DESCRIBE"))  # the API keys, followed
+    out += _grant(p, GROUP, PREFIXED, p.group_prefix, ("READ", "DESCRIBE"))
+    return out
+
+
 def service_principals(namespace: str) -> list[tuple[Principal, list[Binding]]]:
     """The service roles ``ksched kafka start`` / ``ksched topics apply`` create, with their ACLs."""
     return [
         (processor(namespace), processor_bindings(namespace)),
         (history(namespace), history_bindings(namespace)),
+        (api(namespace), api_bindings(namespace)),
     ]

@@ -124,14 +124,20 @@ def revoked(keys: Iterable[ApiKey], key_id: str, *, now_ms: int | None = None) -
 class KeyChecker:
     """Which tenant a key belongs to, against a live view of the tenants' keys.
 
-    ``keys_of`` returns, at call time, every tenant's keys (e.g. from the followed registry).
+    ``keys_of`` returns, at call time, every tenant's keys (e.g. from the followed registry);
+    ``find`` looks one key id up in an index of them.
     Thread-safe. A key verified once is not hashed again for ``ttl_s``, but is looked up in
     ``keys_of()`` every time: revoked, or its tenant gone, it is refused at once.
     """
 
-    def __init__(self, keys_of: Callable[[], Mapping[str, Iterable[ApiKey]]], *, ttl_s: float = 300.0,
+    def __init__(self, keys_of: Callable[[], Mapping[str, Iterable[ApiKey]]] | None = None, *,
+                 find: Callable[[str], tuple[str, ApiKey] | None] | None = None, ttl_s: float = 300.0,
                  max_cached: int = 10_000) -> None:
-        self._keys_of, self._ttl_s, self._max = keys_of, ttl_s, max_cached
+        """Either ``keys_of`` (every tenant's keys, scanned) or ``find`` (key id -> (tenant, key) or
+        None, e.g. an index kept by whoever follows the registry: one lookup per request)."""
+        if (keys_of is None) == (find is None):
+            raise ValueError("KeyChecker: pass exactly one of keys_of and find")
+        self._keys_of, self._lookup, self._ttl_s, self._max = keys_of, find, ttl_s, max_cached
         self._verified: dict[bytes, tuple[str, str, float]] = {}  # sha256(key) -> tenant, id, until
         self._lock = threading.Lock()
 
@@ -162,6 +168,9 @@ class KeyChecker:
         return tenant
 
     def _find(self, key_id: str) -> tuple[str, ApiKey] | None:
+        if self._lookup is not None:
+            return self._lookup(key_id)
+        assert self._keys_of is not None
         for tenant, keys in self._keys_of().items():
             for k in keys:
                 if k.key_id == key_id:

@@ -13,14 +13,18 @@ from __future__ import annotations
 from confluent_kafka import Message
 
 from scheduler.kafka.clients import consumer, producer
+from scheduler.kafka.connection import KafkaConnection
 from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.records import DlqEntry, Occurrence, RecordDecodeError, decode, encode
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
 
 
-def read_dlq(settings: Settings, tenant: str, timeout_s: float = 60) -> list[DlqEntry]:
-    """Every dead-letter entry of ``tenant``, oldest first (undecodable records are skipped)."""
+def read_dlq(
+    settings: Settings, tenant: str, timeout_s: float = 60, conn: KafkaConnection | None = None
+) -> list[DlqEntry]:
+    """Every dead-letter entry of ``tenant``, oldest first (undecodable records are skipped);
+    read as ``conn``'s principal (default: the admin)."""
     out: list[DlqEntry] = []
 
     def keep(m: Message) -> None:
@@ -29,7 +33,7 @@ def read_dlq(settings: Settings, tenant: str, timeout_s: float = 60) -> list[Dlq
         except RecordDecodeError:
             return
 
-    c = consumer(settings.kafka(), None, **{"enable.partition.eof": True})
+    c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
     try:
         read_to_end(c, all_partitions(c, topic_name(settings, "dlq", tenant)), keep, timeout_s)
     finally:
@@ -37,9 +41,12 @@ def read_dlq(settings: Settings, tenant: str, timeout_s: float = 60) -> list[Dlq
     return sorted(out, key=lambda d: (d.dead_at_ms, d.occurrence_id))
 
 
-def replay(settings: Settings, entries: list[DlqEntry], now_ms: int) -> list[Occurrence]:
-    """Dispatch each entry's occurrence again (same occurrence id, attempt = attempts + 1)."""
-    p = producer(settings.kafka())
+def replay(
+    settings: Settings, entries: list[DlqEntry], now_ms: int, conn: KafkaConnection | None = None
+) -> list[Occurrence]:
+    """Dispatch each entry's occurrence again (same occurrence id, attempt = attempts + 1), as
+    ``conn``'s principal (default: the admin)."""
+    p = producer(conn or settings.kafka())
     sent: list[Occurrence] = []
     for d in entries:
         occ = Occurrence(

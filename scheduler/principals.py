@@ -1,7 +1,7 @@
 """Each process connects as its own principal (docs/security.md): the one place that picks it.
 
 The admin tools connect as ``admin``, the processor as ``<ns>.processor``, the history indexer as
-``<ns>.history``, a tenant's worker
+``<ns>.history``, the HTTP API as ``<ns>.api``, a tenant's worker
 and SDK client as ``<ns>.tenant.<T>`` (:mod:`scheduler.access`). An explicit
 ``sasl_username`` (``KSCHED_SASL_USERNAME``) wins over all of them (``Settings.kafka``); the
 group prefix stays the role's, so ids stay inside the role's ACLs.
@@ -25,6 +25,11 @@ def as_processor(settings: Settings) -> KafkaConnection:
 
 def as_history(settings: Settings) -> KafkaConnection:
     p = access.history(settings.namespace)
+    return settings.kafka(p.user, group_prefix=p.group_prefix)
+
+
+def as_api(settings: Settings) -> KafkaConnection:
+    p = access.api(settings.namespace)
     return settings.kafka(p.user, group_prefix=p.group_prefix)
 
 

@@ -65,6 +65,7 @@ class Settings:
     start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     metrics_port: int = 9464
     api_port: int = 8080
+    api_rate_per_s: int = 2000  # requests per second per tenant on each API instance; 0: no limit
     # Prometheus (docs/operations.md): where every process registers its /metrics endpoint (a
     # file_sd folder; empty: <kafka_data_dir>/../prometheus/targets), the port of the Prometheus
     # `ksched demo` starts, and the URL `ksched status` links to (empty: that local one).
@@ -192,6 +193,8 @@ def _validate(s: Settings) -> Settings:
             f"setting start_lease_s: {s.start_lease_s} must be at least 1 (seconds); "
             "set KSCHED_START_LEASE_S to e.g. 300"
         )
+    if s.api_rate_per_s < 0:
+        raise SettingsError(f"setting api_rate_per_s: {s.api_rate_per_s} must be 0 (no limit) or more")
     if s.tick_budget < 1:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:

@@ -86,3 +86,17 @@ def test_the_history_indexer_only_reads() -> None:
         (TOPIC, LITERAL, "ksched.schedule-history"), (GROUP, LITERAL, "ksched.history"),
         (GROUP, PREFIXED, "ksched.history."),
     }  # fmt: skip
+
+
+def test_the_api_writes_commands_and_dispatch_and_reads_results_dlq_and_registry() -> None:
+    got = {(b.resource_type, b.pattern, b.name, b.operation) for b in access.api_bindings(NS)}
+    assert {b.principal for b in access.api_bindings(NS)} == {"User:ksched.api"}
+    want = {(TOPIC, PREFIXED, "ksched.commands.", op) for op in ("WRITE", "DESCRIBE")}
+    want |= {(TOPIC, PREFIXED, "ksched.dispatch.", op) for op in ("WRITE", "DESCRIBE")}
+    for t in ("results", "dlq"):
+        want |= {(TOPIC, PREFIXED, f"ksched.{t}.", op) for op in ("READ", "DESCRIBE")}
+    want |= {(TOPIC, LITERAL, "ksched.tenants", op) for op in ("READ", "DESCRIBE")}
+    want |= {(GROUP, PREFIXED, "ksched.api.", op) for op in ("READ", "DESCRIBE")}
+    assert got == want  # no schedule, version or occurrence topic: its queries read the history store
+    assert [p.user for p, _ in access.service_principals(NS)] == ["ksched.processor", "ksched.history",
+                                                                   "ksched.api"]

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status_cmd",
     "schedule_cmd",
     "queries_cmd",
+    "api_cmd",
     "dlq_cmd",
     "demo_cmd",
     "bench_cmd",

@@ -33,6 +33,7 @@ the resource and the fix.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -116,13 +117,14 @@ class SchedulerClient(QueryCalls):
 
     def __init__(
         self, settings: Settings | None = None, *, timeout_s: float = 30, tenant: str | None = None,
-        read_your_writes_s: float = 10.0,
+        read_your_writes_s: float = 10.0, conn: KafkaConnection | None = None,
     ) -> None:
+        """``conn``: connect as this principal instead (the HTTP API's ``<ns>.api``)."""
         self.settings = settings or load_settings()
         self.timeout_s = timeout_s
         self.history = HistoryReader(self.settings, wait_s=read_your_writes_s)
         self.tenant = check_tenant(tenant) if tenant is not None else None
-        self.conn: KafkaConnection = (
+        self.conn: KafkaConnection = conn or (
             as_tenant(self.settings, tenant) if tenant is not None else self.settings.kafka()
         )
         self._producer = producer(self.conn)
@@ -228,10 +230,12 @@ class SchedulerClient(QueryCalls):
         """
         self._own(command.tenant)
         failed: list[KafkaError] = []
+        done = threading.Event()
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 failed.append(err)
+            done.set()
 
         check_tenant(command.tenant)  # it names the topics
         self._read_results_of(command.tenant)  # before sending: its answer must not be missed
@@ -249,7 +253,7 @@ class SchedulerClient(QueryCalls):
                              "write") from None
             what = f"{command.kind} {command.request_id}"
             raise PublishError(f"{what}: Kafka refused the command: {exc}") from None
-        self._producer.flush(self.timeout_s)
+        self._await_delivery(done)
         if failed and is_denial(failed[0]):
             topic = topic_name(self.settings, "commands", command.tenant)
             raise denied(self.conn.who, failed[0], topic, "write")
@@ -257,6 +261,12 @@ class SchedulerClient(QueryCalls):
             what = f"{command.kind} {command.request_id}"
             raise PublishError(f"{what}: the command was not written: {failed[0]}")
         return self.await_result(command.request_id) if wait else None
+
+    def _await_delivery(self, done: threading.Event) -> None:
+        """Until the broker has acknowledged (or refused) the record just produced; here by a
+        flush, as the only producer user. (The HTTP API's router polls its producer in a thread
+        of its own and waits on ``done``: a flush would wait for every other request's records.)"""
+        self._producer.flush(self.timeout_s)
 
     def _own(self, tenant: str) -> None:
         """A tenant's client sends only its tenant's commands (the broker enforces it per topic)."""

@@ -22,6 +22,7 @@ of :class:`~scheduler.client.SchedulerClient` that delegates to it. Decisions
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -46,14 +47,31 @@ _POLL_S = 0.05
 
 
 class HistoryReader:
-    """One process's reads of the history store of ``settings`` (opened on first use)."""
+    """One process's reads of the history store of ``settings`` (opened on first use).
+
+    Threads may share a reader (the HTTP API's request threads): each thread gets a connection
+    of its own (a store's connection serves one thread at a time), all share what was written."""
 
     def __init__(self, settings: Settings, *, wait_s: float = 10.0) -> None:
         self.settings = settings
         self.wait_s = wait_s
-        self._store: HistoryStore | None = None
+        self._local = threading.local()
+        self._opened: list[HistoryStore] = []
+        self._lock = threading.Lock()
         self._fed = False
         self._written: dict[tuple[str, str], tuple[int, str | None]] = {}
+
+    @property
+    def _store(self) -> HistoryStore | None:
+        store: HistoryStore | None = getattr(self._local, "store", None)
+        return store
+
+    @_store.setter
+    def _store(self, store: HistoryStore | None) -> None:
+        self._local.store = store
+        if store is not None:
+            with self._lock:
+                self._opened.append(store)
 
     @property
     def where(self) -> str:
@@ -67,23 +85,25 @@ class HistoryReader:
         :class:`HistoryUnavailable` when it cannot be opened."""
         fix = ("run `ksched history` (it indexes into the store of the setting history_dsn), or set "
                "history_dsn (KSCHED_HISTORY_DSN) to the store your indexer writes")
-        if self._store is None:
+        store = self._store
+        if store is None:
             path = sqlite_path(self.settings.history_dsn, self.settings.history_default_sqlite)
             if path is not None and not Path(path).is_file():
                 raise HistoryNotIndexed(f"no history store ({self.where}: no such file): {fix}")
             try:
-                self._store = open_store(self.settings.history_dsn, self.settings.history_default_sqlite,
-                                         read_only=True)
+                store = open_store(self.settings.history_dsn, self.settings.history_default_sqlite,
+                                   read_only=True)
             except (HistoryStoreError, ValueError) as exc:
                 raise HistoryUnavailable(f"the history store ({self.where}) cannot be opened: {exc}") \
                     from None
+            self._store = store
         if not self._fed:
-            self._fed = self._store.indexed(self.settings.namespace)
+            self._fed = store.indexed(self.settings.namespace)
             if not self._fed:
                 raise HistoryNotIndexed(
                     f"the history store ({self.where}) has indexed nothing of namespace "
                     f"{self.settings.namespace!r}: {fix}")
-        return self._store
+        return store
 
     def noted(self, tenant: str, schedule_id: str, version: int, request_id: str | None) -> None:
         """This process got ``request_id`` accepted at ``version`` (``request_id`` None: a replay,
@@ -171,9 +191,12 @@ class HistoryReader:
             "moment ago by another process appears once `ksched history` has indexed it (about a second)")
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        """Close every thread's connection (call it when no thread reads any more)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for store in opened:
+            store.close()
+        self._local = threading.local()
 
 
 class QueryCalls:

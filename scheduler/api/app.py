@@ -1,0 +1,149 @@
+"""The FastAPI application: :func:`create_app` over the process's :class:`Services`.
+
+:func:`start_services` makes them (the command router, the followed registry's key index, the
+rate limiter) and :func:`create_app` serves them; a test passes its own. ``/healthz`` says the
+process answers; ``/readyz`` that the broker and the history store do; ``/metrics`` is Prometheus.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+
+from scheduler.api import models as m
+from scheduler.api import problems, reads, schedules
+from scheduler.api.deps import Services, services
+from scheduler.api.guard import Guard
+from scheduler.api.keys import KeyIndex, RateLimiter
+from scheduler.api.router import CommandRouter
+from scheduler.settings import Settings
+
+VERSION = "1.0.0"
+REQUESTS = Counter("ksched_api_requests_total", "HTTP requests answered", ["method", "route", "status"])
+LATENCY = Histogram(
+    "ksched_api_request_seconds",
+    "HTTP request latency",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+THREADS = 128  # request threads: the SDK's calls block (the processor's answer, the store's queries)
+
+
+def start_services(
+    settings: Settings, *, timeout_s: float = 5.0, rate_per_s: float | None = None
+) -> Services:
+    """The process's services; :class:`~scheduler.tenant_registry.RegistryMissing` without a registry."""
+    keys = KeyIndex(settings)
+    try:
+        router = CommandRouter(settings, timeout_s=timeout_s)
+    except BaseException:
+        keys.close()
+        raise
+    rate = settings.api_rate_per_s if rate_per_s is None else rate_per_s
+    return Services(settings=settings, router=router, keys=keys, limiter=RateLimiter(rate, 2 * rate))
+
+
+def create_app(svc: Services) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import anyio.to_thread
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+        yield
+
+    app = FastAPI(
+        title="ksched",
+        version=VERSION,
+        lifespan=lifespan,
+        description="The HTTP control plane of ksched: a tenant's schedules, occurrences and dead "
+        "letters. Authenticate with a tenant's API key (`Authorization: Bearer ksk_...`); "
+        "errors are application/problem+json (RFC 9457). See docs/api.md.",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.services = svc
+    problems.install(app)
+    app.include_router(schedules.router)
+    app.include_router(reads.router)
+    _ops(app)
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        LATENCY.labels(request.method, path).observe(time.perf_counter() - t0)
+        REQUESTS.labels(request.method, path, str(response.status_code)).inc()
+        return response
+
+    app.add_middleware(Guard)
+    return app
+
+
+def _ops(app: FastAPI) -> None:
+    @app.get(
+        "/healthz",
+        response_model=m.Health,
+        tags=["operations"],
+        summary="The process answers",
+        responses={200: {"content": {"application/json": {"example": {"status": "ok", "checks": {}}}}}},
+    )
+    def healthz() -> Any:
+        return {"status": "ok", "checks": {}}
+
+    @app.get(
+        "/readyz",
+        response_model=m.Health,
+        tags=["operations"],
+        summary="The broker and the history store answer",
+        responses={
+            200: {
+                "content": {
+                    "application/json": {
+                        "example": {"status": "ok", "checks": {"broker": "ok", "history_store": "ok"}}
+                    }
+                }
+            },
+            503: {
+                "model": m.Health,
+                "description": "a dependency does not answer",
+                "content": {
+                    "application/json": {
+                        "example": {
+                            "status": "unavailable",
+                            "checks": {"broker": "ok", "history_store": "no history store (...)"},
+                        }
+                    }
+                },
+            },
+        },
+    )
+    def readyz(request: Request) -> Any:
+        svc = services(request)
+        checks = {"broker": "ok" if svc.router.brokers_reachable() else "no answer to a metadata request"}
+        try:
+            svc.router.history.store()
+            checks["history_store"] = "ok"
+        except Exception as exc:  # any failure: not ready, and say why
+            checks["history_store"] = str(exc)
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503
+        )
+
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"example": "ksched_api_requests_total{...} 1.0"}}}},
+    )
+    def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,222 @@
+"""``/v1/occurrences``, ``/v1/dlq`` and ``/v1/preview``: the history store's occurrence queries, a
+tenant's dead-letter queue (``scheduler/dlq.py``) and the preview of an unsaved spec
+(``ksched preview``'s own rows)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+
+from scheduler.api import models as m
+from scheduler.api.deps import Svc, Tenant, answering, not_found, problem_responses, unavailable
+from scheduler.api.problems import ApiProblem
+from scheduler.cli import UsageError, render
+from scheduler.cli.instants import iso_utc
+from scheduler.records import DlqEntry
+
+router = APIRouter(prefix="/v1", tags=["occurrences"])
+_DAY_MS = 86_400_000
+OccState = Literal[
+    "ENQUEUED", "RUNNING", "SUCCEEDED", "RETRY_WAIT", "DEAD", "MISSED", "CANCELED", "SKIPPED_OVERLAP"
+]
+_OCC_EX = {
+    "occurrence_id": "o-5d1c2b",
+    "schedule_id": "s-3f2a9c0d1e",
+    "version": 1,
+    "scheduled_for": "2026-03-09T08:00:00Z",
+    "available_at": "2026-03-09T08:00:00Z",
+    "enqueued_at": "2026-03-09T08:00:00.012Z",
+    "lag_s": 0.012,
+    "state": "SUCCEEDED",
+    "state_at": "2026-03-09T08:00:01Z",
+    "attempt_count": 1,
+    "reason": None,
+}
+
+
+def _ms(name: str, text: str | None, default_ms: int) -> int:
+    if text is None:
+        return default_ms
+    try:
+        return int(iso_utc(name, text, "an ISO-8601 datetime, e.g. 2026-03-09T13:00:00Z").timestamp() * 1000)
+    except (UsageError, ValueError, OverflowError) as exc:
+        raise ApiProblem(422, "invalid-request", f"{exc}", field=name) from None
+
+
+@router.get(
+    "/occurrences",
+    response_model=m.OccurrencePage,
+    summary="List the tenant's occurrences",
+    responses={
+        200: {"content": {"application/json": {"example": {"items": [_OCC_EX], "next_cursor": None}}}},
+        **problem_responses(503),
+    },
+)
+def occurrences(
+    tenant: Tenant,
+    svc: Svc,
+    schedule_id: Annotated[str | None, Query(description="only this schedule's")] = None,
+    from_: Annotated[
+        str | None, Query(alias="from", description="scheduled_for >= this (default 24 h ago)")
+    ] = None,
+    to: Annotated[str | None, Query(description="scheduled_for < this (default: now)")] = None,
+    state: OccState | None = None,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Any:
+    now = int(time.time() * 1000)
+    lo, hi = _ms("from", from_, now - _DAY_MS), _ms("to", to, now)
+    try:
+        with answering():
+            page = svc.router.occurrences(
+                tenant, from_ms=lo, to_ms=hi, schedule_id=schedule_id, state=state, cursor=cursor, limit=limit
+            )
+    except ValueError as exc:
+        raise ApiProblem(422, "invalid-request", f"{exc}", field="cursor" if cursor else "to") from None
+    return {"items": [render.occurrence_json(o) for o in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get(
+    "/occurrences/{occurrence_id}",
+    response_model=m.OccurrenceDetailOut,
+    summary="An occurrence and its attempts",
+    responses={
+        200: {"content": {"application/json": {"example": {**_OCC_EX, "attempts": []}}}},
+        **problem_responses(404, 503),
+    },
+)
+def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: Tenant, svc: Svc) -> Any:
+    with answering("occurrence_id", occurrence_id):
+        return render.detail_json(svc.router.occurrence(tenant, occurrence_id))
+
+
+def _dlq(svc: Any, tenant: str) -> list[DlqEntry]:
+    from scheduler.dlq import read_dlq
+    from scheduler.principals import as_api
+
+    try:
+        return read_dlq(svc.settings, tenant, timeout_s=10, conn=as_api(svc.settings))
+    except (LookupError, TimeoutError) as exc:
+        raise unavailable(exc) from None
+
+
+def _dlq_json(d: DlqEntry) -> dict[str, Any]:
+    return {
+        "occurrence_id": d.occurrence_id,
+        "schedule_id": d.schedule_id,
+        "version": d.version,
+        "scheduled_for": render.iso(d.scheduled_for_ms),
+        "handler": d.handler,
+        "attempts": d.attempts,
+        "last_error_class": d.last_error_class,
+        "last_error_message": d.last_error_message,
+        "dead_at": render.iso(d.dead_at_ms),
+        "reason": d.reason,
+    }
+
+
+@router.get(
+    "/dlq",
+    response_model=m.DlqPage,
+    summary="The tenant's dead-letter queue",
+    tags=["dlq"],
+    responses={200: {"content": {"application/json": {"example": {"items": []}}}}, **problem_responses(503)},
+)
+def dlq(tenant: Tenant, svc: Svc) -> Any:
+    return {"items": [_dlq_json(d) for d in _dlq(svc, tenant)]}
+
+
+@router.post(
+    "/dlq/{occurrence_id}:replay",
+    response_model=m.Replayed,
+    summary="Run a dead occurrence again",
+    tags=["dlq"],
+    responses={
+        200: {
+            "content": {
+                "application/json": {
+                    "example": {"occurrence_id": "o-5d1c2b", "schedule_id": "s-3f2a9c0d1e", "attempt": 4}
+                }
+            }
+        },
+        **problem_responses(404, 503),
+    },
+)
+def replay(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: Tenant, svc: Svc) -> Any:
+    from scheduler.dlq import replay as replay_entries
+    from scheduler.principals import as_api
+
+    latest = {d.occurrence_id: d for d in _dlq(svc, tenant)}.get(occurrence_id)  # its latest death
+    if latest is None:
+        raise not_found("occurrence_id", occurrence_id)
+    try:
+        [occ] = replay_entries(svc.settings, [latest], int(time.time() * 1000), conn=as_api(svc.settings))
+    except TimeoutError as exc:
+        raise unavailable(exc) from None
+    return {"occurrence_id": occ.occurrence_id, "schedule_id": occ.schedule_id, "attempt": occ.attempt}
+
+
+@router.post(
+    "/preview",
+    response_model=m.Preview,
+    summary="The next fire times of an unsaved spec",
+    tags=["schedules"],
+    responses={
+        200: {
+            "content": {
+                "application/json": {
+                    "example": {
+                        "items": [
+                            {
+                                "n": 1,
+                                "scheduled_for": "2026-03-09T13:00:00Z",
+                                "local": "2026-03-09T09:00:00-04:00",
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        **problem_responses(413, 415),
+    },
+)
+def preview(body: m.PreviewIn, tenant: Tenant) -> Any:
+    from scheduler.cli.preview_cmd import rows
+
+    if (body.cron is None) == (body.at is None):
+        raise ApiProblem(
+            422,
+            "invalid-request",
+            "cron/at: give exactly one of them (cron for a recurring schedule, at for a one-time one)",
+            field="cron",
+        )
+    problem = m.timing_problem(body)
+    if problem is not None:
+        raise problem
+    args = argparse.Namespace(
+        cron=body.cron,
+        at=body.at,
+        tz=body.timezone,
+        after=body.after,
+        after_dt=None,
+        count=body.count,
+        nonexistent=body.nonexistent,
+        repeated=body.repeated,
+        window_minutes=body.window_minutes,
+    )
+    try:
+        return {"items": rows(args)}
+    except (UsageError, ValueError, OverflowError) as exc:
+        text = str(exc)
+        field = next(
+            (
+                f
+                for f in ("count", "window-minutes", "after", "cron", "at", "timezone")
+                if text.startswith((f, f"--{f}"))
+            ),
+            None,
+        )
+        raise ApiProblem(422, "invalid-request", text, field=field) from None

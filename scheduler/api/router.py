@@ -1,0 +1,125 @@
+"""The one command/result router of an API process: the SDK's client, shared by every request.
+
+One producer and one results consumer per process (not a client per request): a request thread
+publishes its command through :class:`~scheduler.client.SchedulerClient` as the SDK does and waits
+on its request id; a thread of the router reads every tenant's results topic it has sent to and
+hands each result to its waiter. Another instance's results are read too and dropped after
+:attr:`CommandRouter.keep_s` (results are few bytes; the topic is compacted by nobody).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+
+from scheduler.client import SchedulerClient
+from scheduler.kafka.errors import denied, is_denial
+from scheduler.principals import as_api
+from scheduler.records import CommandResult, decode
+from scheduler.settings import Settings
+
+
+class CommandRouter(SchedulerClient):
+    """A :class:`SchedulerClient` as ``<ns>.api`` whose results arrive through its own thread;
+    thread-safe for the commands (create / update / patch / pause / resume / cancel) and queries."""
+
+    def __init__(
+        self, settings: Settings, *, timeout_s: float = 5.0, read_your_writes_s: float = 5.0
+    ) -> None:
+        super().__init__(
+            settings, timeout_s=timeout_s, read_your_writes_s=read_your_writes_s, conn=as_api(settings)
+        )
+        self.keep_s = max(60.0, 4 * timeout_s)
+        self._arrived = threading.Condition()
+        self._order: deque[tuple[float, str]] = deque()
+        self._assignments: queue.Queue[tuple[str, Future[None]]] = queue.Queue()
+        self._stopping = threading.Event()
+        self._error: Exception | None = None
+        self._threads = [
+            threading.Thread(target=self._read, name="ksched-api-results", daemon=True),
+            threading.Thread(target=self._deliver, name="ksched-api-delivery", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _read_results_of(self, tenant: str) -> None:
+        """Ask the reader thread to add ``tenant``'s results topic and wait until it has: the
+        consumer is only ever used by that thread (a metadata call from a request thread while it
+        consumes can block)."""
+        if tenant in self._reading:
+            return
+        done: Future[None] = Future()
+        self._assignments.put((tenant, done))
+        done.result(self.timeout_s + 30)  # the end offsets: a new topic's leader may take a moment
+
+    def _assign_asked(self) -> None:
+        while True:
+            try:
+                tenant, done = self._assignments.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                super()._read_results_of(tenant)
+                done.set_result(None)
+            except Exception as exc:  # handed to the request that asked (UnknownTenant, AccessDenied)
+                done.set_exception(exc)
+
+    def _await_delivery(self, done: threading.Event) -> None:
+        done.wait(self.timeout_s)
+
+    def _deliver(self) -> None:
+        while not self._stopping.is_set():
+            self._producer.poll(0.05)
+
+    def _read(self) -> None:
+        while not self._stopping.is_set():
+            self._assign_asked()
+            for m in self._results.consume(500, 0.05):
+                err = m.error()
+                if err is not None and is_denial(err):
+                    self._error = denied(self.conn.who, err, m.topic() or "a results topic", "read")
+                if err is not None or m.value() is None:
+                    continue
+                try:
+                    r = decode(m.value() or b"", CommandResult)
+                except ValueError:
+                    continue
+                self._arrived_result(r)
+
+    def _arrived_result(self, r: CommandResult) -> None:
+        now = time.monotonic()
+        with self._arrived:
+            self._pending[r.request_id] = r
+            self._order.append((now, r.request_id))
+            while self._order and self._order[0][0] < now - self.keep_s:
+                self._pending.pop(self._order.popleft()[1], None)
+            self._arrived.notify_all()
+
+    def await_result(self, request_id: str) -> CommandResult:
+        deadline = time.monotonic() + self.timeout_s
+        with self._arrived:
+            while request_id not in self._pending:
+                if self._error is not None:
+                    raise self._error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no result for request {request_id} within {self.timeout_s}s")
+                self._arrived.wait(left)
+            return self._pending.pop(request_id)
+
+    def brokers_reachable(self, timeout_s: float = 2.0) -> bool:
+        """Whether the broker answers a metadata request of this principal within ``timeout_s``."""
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+        except Exception:  # any failure means "not ready"; /readyz says which part
+            return False
+        return True
+
+    def close(self) -> None:
+        self._stopping.set()
+        for t in self._threads:
+            t.join(5)
+        super().close()
