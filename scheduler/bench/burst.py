@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import TopicPartition
 
 from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
+from scheduler.bench.faults import BrokerFault
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.subprocesses import stop_all
 
@@ -40,6 +41,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--load-rate", type=float, default=2500, help="expected commands/s, to place the due instant"
     )
+    p.add_argument(
+        "--kill-broker", type=float, default=None, metavar="S",
+        help="local cluster only (kafka start --nodes 3): SIGKILL its last node S seconds before the "
+             "instant, restart it --broker-down seconds later",
+    )
+    p.add_argument("--broker-down", type=float, default=10.0, help="seconds the killed node stays down (10)")
     p.set_defaults(handler=_run)
 
 
@@ -210,6 +217,11 @@ def _run(args: argparse.Namespace) -> int:
 
     n, ntenants = args.schedules, max(1, args.tenants)
     names = [f"t{i}" for i in range(ntenants)]
+    fault = None
+    if args.kill_broker is not None:  # checked before a namespace is made
+        from scheduler.settings import load_settings
+
+        fault = BrokerFault(load_settings(), args.kill_broker, args.broker_down)
     space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
     ns, env, settings, admin = space.name, space.env, space.settings, space.admin
     bs = settings.kafka()
@@ -242,6 +254,8 @@ def _run(args: argparse.Namespace) -> int:
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 
+        if fault is not None:
+            fault.arm(due)
         # 4. Read the burst read_committed; lag two ways.
         reader = consumer(bs, None, **{"fetch.wait.max.ms": 10})
         reader.assign(
@@ -260,6 +274,9 @@ def _run(args: argparse.Namespace) -> int:
             total / max(1e-3, (appended[-1] - appended[0]) / 1000) if total > 1 else 0.0
         )
         reader.close()
+        if fault is not None:
+            fault.join()
+            fault.facts["processors_survived"] = "yes" if all(p.poll() is None for p in procs) else "no"
 
         # 5. Restore: stop them, start one processor that restores every shard; its restore time.
         stop_all(procs, 60)
@@ -290,6 +307,7 @@ def _run(args: argparse.Namespace) -> int:
         "restore_s": restore_s,
         "commands_per_s": commands_per_s,
         "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
+        **(fault.facts if fault is not None else {}),
     }
     path = report(out, args.json_file)
     _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))

@@ -48,22 +48,9 @@ def _settings() -> Settings:
 
 
 def _broker(settings: Settings, nodes: int | None = None) -> LocalBroker | LocalCluster:
-    """The local broker, or the local cluster: of ``nodes``, else of the node count recorded in the
-    data dir by the cluster's first start, else of the setting ``kafka_nodes``."""
-    from scheduler.localbroker import BrokerConfig, LocalBroker, LocalCluster
+    from scheduler.localbroker import for_settings
 
-    config = BrokerConfig(
-        version=settings.kafka_version,
-        port=settings.kafka_port,
-        controller_port=settings.kafka_controller_port,
-        heap_mb=settings.kafka_heap_mb,
-        cache_dir=settings.kafka_cache_dir,
-        data_dir=settings.kafka_data_dir,
-        credentials_file=settings.credentials_path,
-    )
-    recorded = LocalCluster.recorded_nodes(settings.kafka_data_dir)
-    count = nodes or (recorded if recorded > 1 else settings.kafka_nodes)
-    return LocalCluster(config, count) if count > 1 else LocalBroker(config)
+    return for_settings(settings, nodes)
 
 
 def _fail(exc: Exception) -> int:

@@ -32,7 +32,7 @@ Every error is a :class:`LocalBrokerError` whose ``str()`` is one line naming th
 from __future__ import annotations
 
 from scheduler.localbroker.broker import BrokerStatus, LocalBroker
-from scheduler.localbroker.cluster import LocalCluster
+from scheduler.localbroker.cluster import LocalCluster, for_settings
 from scheduler.localbroker.config import BrokerConfig, kafka_uuid, server_properties
 from scheduler.localbroker.errors import LocalBrokerError
 from scheduler.localbroker.java import find_java, parse_java_major
@@ -46,6 +46,7 @@ __all__ = [
     "LocalBrokerError",
     "LocalCluster",
     "find_java",
+    "for_settings",
     "kafka_uuid",
     "last_maven_error",
     "parse_java_major",

@@ -20,11 +20,15 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scheduler.localbroker.broker import BrokerStatus, LocalBroker, quiet_admin
 from scheduler.localbroker.config import BrokerConfig, kafka_uuid
 from scheduler.localbroker.errors import LocalBrokerError
 from scheduler.localbroker.system import locked
+
+if TYPE_CHECKING:
+    from scheduler.settings import Settings
 
 MAX_NODES = 5
 
@@ -163,3 +167,20 @@ class LocalCluster:
             healthy=all(s.healthy for s in states), detail=detail,
         )  # fmt: skip
 
+
+
+def for_settings(settings: Settings, nodes: int | None = None) -> LocalBroker | LocalCluster:
+    """The local broker, or the local cluster, of ``settings``: of ``nodes``, else of the node count
+    recorded in the data dir by the cluster's first start, else of the setting ``kafka_nodes``."""
+    config = BrokerConfig(
+        version=settings.kafka_version,
+        port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port,
+        heap_mb=settings.kafka_heap_mb,
+        cache_dir=settings.kafka_cache_dir,
+        data_dir=settings.kafka_data_dir,
+        credentials_file=settings.credentials_path,
+    )
+    recorded = LocalCluster.recorded_nodes(settings.kafka_data_dir)
+    count = nodes or (recorded if recorded > 1 else settings.kafka_nodes)
+    return LocalCluster(config, count) if count > 1 else LocalBroker(config)
