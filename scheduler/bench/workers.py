@@ -138,7 +138,7 @@ class _Sampler:
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
 
-    from scheduler.bench.common import bench_namespace, report, start_processor
+    from scheduler.bench.common import bench_namespace, free_port, report, start_processor
     from scheduler.domain import ScheduleSpec
     from scheduler.kafka.clients import consumer, producer
     from scheduler.records import (
@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
     group = consumer(settings.kafka(), f"{settings.namespace}.processor")
     sampler = _Sampler(settings, t_commands, group)
-    proc = start_processor(env, 9473)
+    proc = start_processor(env, free_port())
     workers = [] if args.drain else [_worker(env, args.concurrency) for _ in range(args.processes)]
     killed = False
     e2e: dict[str, float] = {}
