@@ -38,6 +38,7 @@ from scheduler.worker.view import VersionsView
 log = logging.getLogger("ksched.worker")
 
 SLOW_BATCH_S = 1.0  # a fast handler's batch longer than this is logged: it holds up consumption
+SLOW_LOG_EVERY_S = 60.0  # at most one such line per minute: a loaded machine would log every batch
 
 
 class FastRunner:
@@ -54,6 +55,7 @@ class FastRunner:
         self._lag = metrics.lag_seconds.labels(tenant=tenant)
         self._seconds = metrics.handler_seconds.labels(tenant=tenant)
         self._succeeded = metrics.handled.labels(tenant=tenant, outcome="succeeded")
+        self._slow_logged = -SLOW_LOG_EVERY_S
 
     def is_fast(self, handler: str) -> bool:
         return self._handlers.fast(handler) is not None
@@ -102,7 +104,8 @@ class FastRunner:
             results = [wrong] * len(items)
         elapsed = time.monotonic() - started
         self._seconds.observe(elapsed)
-        if elapsed > SLOW_BATCH_S:
+        if elapsed > SLOW_BATCH_S and started - self._slow_logged >= SLOW_LOG_EVERY_S:
+            self._slow_logged = started
             log.warning("fast handler %s took %.1fs for %d occurrences, holding up consumption: register "
                         "it as a plain handler if it can block", name, elapsed, len(items))
         ok = 0

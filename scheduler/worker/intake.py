@@ -75,7 +75,8 @@ class Intake:
         return acks
 
     def step(self) -> None:
-        """One pass: consume, submit what fits, pause or resume, serve deliveries, commit."""
+        """One pass: consume, run the fast jobs, submit what fits to the pool, pause or resume,
+        serve deliveries, commit."""
         ex = self.executor
         # Block in consume() only while waiting for records; with every handler busy (or
         # records queued locally) the wait is for a free slot instead: see the end of the pass.
