@@ -309,3 +309,47 @@ def _fresh_pg_schema(server: PgServer | None) -> Iterator[str | None]:
     finally:
         with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _must_not_run(conn: Any) -> None:
+    raise AssertionError("the effect ran for an id already recorded")
+
+
+def test_run_batch_records_each_effect_with_its_id_and_returns_a_failure_in_place(harness: Harness) -> None:
+    store = harness.store()
+    store.run_once("old", lambda conn: harness.write(conn, "old"))
+    boom = RuntimeError("one bad row")
+
+    def failing(conn: Any) -> None:
+        raise boom
+
+    def writes(oid: str) -> Any:
+        def effect(conn: Any) -> str:
+            harness.write(conn, oid)
+            return oid.upper()
+        return effect
+
+    out = store.run_batch([("a", writes("a")), ("old", _must_not_run), ("bad", failing),
+                           ("a", _must_not_run), ("b", writes("b"))])  # "a" twice: runs once
+    assert out == [Outcome(first=True, value="A"), Outcome(first=False, value=None), boom,
+                   Outcome(first=False, value=None), Outcome(first=True, value="B")]
+    assert harness.effect_counts() == Counter({"old": 1, "a": 1, "b": 1})
+    assert [store.seen(i) for i in ("a", "b", "bad")] == [True, True, False]
+    assert store.run_batch([("bad", lambda conn: 1)]) == [Outcome(first=True, value=1)]  # retried later
+    with pytest.raises(InvalidOccurrenceIdError):
+        store.run_batch([("c", writes("c")), ("", writes("x"))])
+    assert not store.seen("c")  # ids are checked before anything runs
+
+
+def test_run_batch_rolls_back_a_failing_effects_writes_only(sql_harness: Harness) -> None:
+    store = sql_harness.store()
+
+    def writes_then_fails(conn: Any) -> None:
+        sql_harness.write(conn, "bad")
+        raise ValueError("after writing")
+
+    out = store.run_batch([("good", lambda conn: sql_harness.write(conn, "good")), ("bad", writes_then_fails),
+                           ("late", lambda conn: sql_harness.write(conn, "late"))])
+    assert isinstance(out[1], ValueError)
+    assert sql_harness.effect_counts() == Counter({"good": 1, "late": 1})  # "bad"'s write rolled back
+    assert not store.seen("bad")

@@ -362,3 +362,19 @@ def test_a_report_of_attempt_zero_is_ignored_with_the_reason() -> None:
     res = report(s, "FAILED", T0, 0, "t", T0 + 5)
     assert res.ignored == "attempt 0 does not exist (attempts count from 1)"
     assert res.events == [] and res.dead == []
+
+
+def test_a_fast_handlers_final_report_without_started_ends_the_attempt_and_fences_the_rest() -> None:
+    # A fast handler (scheduler/worker/fast.py) sends no STARTED: its final report alone must end a
+    # tracked attempt (overlap-tracked here, from its emission) and fence any other token after it.
+    s = shard(cron="0 * * * *", overlap="SKIP_IF_RUNNING")
+    tick(s, T0)
+    assert [e.state for e in report(s, "SUCCEEDED", T0, 1, "fast", T0 + 1).events] == ["SUCCEEDED"]
+    assert report(s, "STARTED", T0, 1, "zombie", T0 + 2).ignored
+    assert report(s, "SUCCEEDED", T0, 1, "fast", T0 + 2).ignored  # a redelivery's duplicate report
+    assert [d.scheduled_for for d in tick(s, T0 + 3600).dispatch] == [T0 + 3600]  # no longer occupied
+    untracked = shard(cron="0 * * * *")  # ALLOW, uncapped: not tracked before its first report
+    tick(untracked, T0)
+    assert [e.state for e in report(untracked, "FAILED", T0, 1, "fast", T0 + 1, retryable=False).events] == [
+        "DEAD"
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,13 @@ def bench_namespace(tenants: list[Tenant], **env: str) -> BenchNamespace:
     admin = admin_client(settings.kafka())
     apply_all(settings)  # the topics, then the registry seeded from the namespace's seed file
     return BenchNamespace(name, folder, full_env, settings, admin)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process's metrics while other benches run)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen[bytes]:

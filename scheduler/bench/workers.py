@@ -1,16 +1,22 @@
 """``ksched bench workers``: occurrences end to end through a processor and workers, one killed midway.
 
-In a fresh namespace: N schedules all due at one instant; two worker processes
-run a no-op handler that records its effect with the SQLite idempotency store;
-when half the occurrences have succeeded one worker is killed (SIGKILL) and a
-new one started. It then counts, from the effects database, the distinct
-occurrences that succeeded and any effect recorded twice, and, from the
-SUCCEEDED attempt reports, the end-to-end time from ``scheduled_for``.
+In a fresh namespace: N schedules all due at one instant; ``--processes`` worker
+processes run a no-op handler that records its effect through the idempotency
+store (``--store sqlite``: into the same SQLite file, in the store's transaction;
+``memory``: a file per process) -- as a batch handler (group commit) or, with
+``--handler plain``, one pool thread and one transaction per occurrence; when
+half the occurrences have succeeded one worker is killed (SIGKILL) and a new one
+started. It then counts the distinct occurrences that succeeded and any effect
+recorded twice, and, from the SUCCEEDED attempt reports, the end-to-end time
+from ``scheduled_for``; it samples the workers' CPU time and the processor's
+report backlog (commands records not yet committed by its group) every second,
+and plots throughput and backlog over time (PNG next to the JSON).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import sqlite3
@@ -18,20 +24,43 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 NOOP_HANDLERS = """
 import os
-from scheduler.idempotency import SQLiteStore
+from scheduler.idempotency import MemoryStore, SQLiteStore
 from scheduler.worker import Handlers
 
 handlers = Handlers()
-store = SQLiteStore(os.environ["KSCHED_BENCH_DB"])
+if os.environ["KSCHED_BENCH_STORE"] == "sqlite":
+    store = SQLiteStore(os.environ["KSCHED_BENCH_DB"])
 
-@handlers.register("noop")
-def noop(ctx):
-    store.run_once(ctx.occurrence_id, lambda conn: conn.execute(
-        "INSERT INTO bench_effects VALUES (?)", (ctx.occurrence_id,)))
+    def effect(oid):
+        return lambda conn: conn.execute("INSERT INTO bench_effects VALUES (?)", (oid,))
+
+    def flush():
+        pass
+else:  # the effects go to a file per process, to count duplicates afterwards
+    store = MemoryStore()
+    log = open(os.path.join(os.environ["KSCHED_BENCH_DIR"], f"effects-{os.getpid()}.txt"), "a")
+
+    def effect(oid):
+        return lambda _conn: log.write(oid + "\\n")
+
+    flush = log.flush
+
+if os.environ["KSCHED_BENCH_HANDLER"] == "plain":  # a pool thread per occurrence, STARTED first
+    @handlers.register("noop")
+    def noop(ctx):
+        store.run_once(ctx.occurrence_id, effect(ctx.occurrence_id))
+        flush()
+else:  # one call and one group commit per consumed batch, on the consumer thread
+    @handlers.register_batch("noop")
+    def noop(contexts):
+        out = store.run_batch([(c.occurrence_id, effect(c.occurrence_id)) for c in contexts])
+        flush()
+        return [r if isinstance(r, Exception) else None for r in out]
 """
 
 
@@ -40,7 +69,16 @@ def register(sub: Any) -> None:
         "workers", help="occurrences end to end, a worker killed midway"
     )
     p.add_argument("--occurrences", type=int, default=10_000)
-    p.add_argument("--concurrency", type=int, default=16, help="handlers per worker process")
+    p.add_argument("--concurrency", type=int, default=16, help="handlers per worker process (plain)")
+    p.add_argument("--processes", type=int, default=2, help="worker processes (up to the partition count)")
+    p.add_argument("--store", choices=("sqlite", "memory"), default="sqlite", help="idempotency store")
+    p.add_argument("--handler", dest="handler_kind", choices=("batch", "plain"), default="batch",
+                   help="batch: a batch handler (fast path); plain: a handler on the thread pool")
+    p.add_argument("--no-kill", dest="kill", action="store_false", help="do not kill a worker midway")
+    p.add_argument("--drain", action="store_true",
+                   help="start the workers only once every occurrence is on the dispatch topic: "
+                        "measures the workers, not the processor's emission")
+    p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
 
@@ -64,17 +102,50 @@ def _worker(env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env)
 
 
+class _Sampler:
+    """Every second: the workers' CPU seconds (kept for killed ones), the processor's report
+    backlog (commands records past its group's committed offsets) and the occurrences succeeded."""
+
+    def __init__(self, settings: Any, topic: str, group: Any) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.group = group  # a consumer in the processor's group, never subscribed: committed() only
+        self.tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        self.cpu: dict[int, float] = {}
+        self.over_time: list[tuple[float, int, int]] = []  # (monotonic, succeeded, backlog)
+        self._next = 0.0
+
+    def sample(self, workers: list[subprocess.Popen[bytes]], succeeded: int, *, force: bool = False) -> None:
+        import psutil
+
+        now = time.monotonic()
+        if now < self._next and not force:
+            return
+        self._next = now + 1.0
+        for w in workers:
+            try:
+                t = psutil.Process(w.pid).cpu_times()
+                self.cpu[w.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+        backlog = 0
+        for tp in self.group.committed(self.tps, timeout=5):
+            _, high = self.group.get_watermark_offsets(tp, timeout=5)
+            backlog += max(0, high - max(tp.offset, 0))
+        self.over_time.append((now, succeeded, backlog))
+
+
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
 
-    from scheduler.bench.common import bench_namespace, report, start_processor
+    from scheduler.bench.common import bench_namespace, free_port, report, start_processor
     from scheduler.domain import ScheduleSpec
     from scheduler.kafka.clients import consumer, producer
     from scheduler.records import (
         AttemptReport,
         ScheduleCommand,
         ScheduleSpecRecord,
-        decode,
+        decode_fields,
         encode,
         record_type,
     )
@@ -83,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.topology import topic_name
 
     n = args.occurrences
-    space = bench_namespace([Tenant(name="bw", trigger_rate_per_s=0, max_schedules=10 * n, max_running=64)])
+    space = bench_namespace([Tenant(name="bw", trigger_rate_per_s=0, max_schedules=10 * n, max_running=0)])
     tmp, settings = space.folder, space.settings
     (tmp / "bench_noop_handlers.py").write_text(NOOP_HANDLERS)
     db = tmp / "effects.db"
@@ -92,15 +163,22 @@ def _run(args: argparse.Namespace) -> int:
     env = {
         **space.env,
         "KSCHED_BENCH_DB": str(db),
+        "KSCHED_BENCH_DIR": str(tmp),
+        "KSCHED_BENCH_STORE": args.store,
+        "KSCHED_BENCH_HANDLER": args.handler_kind,
         "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     reports = consumer(settings.kafka())
     t_commands = topic_name(settings, "commands", "bw")
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
-    proc = start_processor(env, 9473)
-    workers = [_worker(env, args.concurrency), _worker(env, args.concurrency)]
+    group = consumer(settings.kafka(), f"{settings.namespace}.processor")
+    sampler = _Sampler(settings, t_commands, group)
+    proc = start_processor(env, free_port())
+    workers = [] if args.drain else [_worker(env, args.concurrency) for _ in range(args.processes)]
     killed = False
     e2e: dict[str, float] = {}
+    t0 = time.monotonic()
+    cpu_before: float | None = None
     try:
         time.sleep(3)
         due = int(time.time()) + 15 + n // 5000
@@ -123,28 +201,37 @@ def _run(args: argparse.Namespace) -> int:
             cmds.poll(0)
         cmds.flush(60)
         print(f"{n:,} one-time schedules due at {at}Z")
+        t0 = time.monotonic() + due - time.time()  # the due instant, on the monotonic clock
+        if args.drain:
+            _wait_dispatched(settings, n)
+            print(f"{n:,} occurrences on the dispatch topic: starting {args.processes} workers")
+            workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
         deadline = time.monotonic() + max(120.0, due - time.time() + n / 100)
         while len(e2e) < n and time.monotonic() < deadline:
             for m in reports.consume(5000, 0.5):
                 value = m.value() or b""
                 if m.error() is not None or record_type(value) is not AttemptReport:
                     continue
-                r = decode(value, AttemptReport)
-                if r.kind == "SUCCEEDED":
-                    e2e.setdefault(r.occurrence_id, (r.reported_at_ms - r.scheduled_for_ms) / 1000)
-            if not killed and len(e2e) >= n // 2:
+                r = decode_fields(value, AttemptReport)
+                if str(r["kind"]) == "SUCCEEDED":
+                    e2e.setdefault(r["occurrence_id"], (r["reported_at_ms"] - r["scheduled_for_ms"]) / 1000)
+            if e2e and cpu_before is None:  # start-up and the idle wait are not per occurrence
+                sampler.sample(workers, len(e2e), force=True)
+                cpu_before = sum(sampler.cpu.values())
+            sampler.sample(workers, len(e2e))
+            if args.kill and not killed and len(e2e) >= n // 2:
+                sampler.sample(workers, len(e2e), force=True)
                 workers[0].send_signal(signal.SIGKILL)
                 workers[0].wait()
                 workers[0] = _worker(env, args.concurrency)
                 killed = True
                 print(f"killed a worker at {len(e2e):,} succeeded; started another")
+        sampler.sample(workers, len(e2e), force=True)
     finally:
         stop_all([*workers, proc])
         reports.close()
-    with sqlite3.connect(db) as conn:
-        rows, distinct = conn.execute(
-            "SELECT count(*), count(DISTINCT occurrence_id) FROM bench_effects"
-        ).fetchone()
+        group.close()
+    rows, distinct = _effects(args.store, db, tmp)
     lags = sorted(e2e.values())
     span = max(lags) - min(lags) if lags else 0.0
     out = {
@@ -156,11 +243,81 @@ def _run(args: argparse.Namespace) -> int:
         "e2e_p50_s": lags[len(lags) // 2] if lags else None,
         "e2e_p99_s": lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
         "e2e_max_s": lags[-1] if lags else None,
+        "worker_cpu_s_per_occurrence": (sum(sampler.cpu.values()) - (cpu_before or 0.0)) / max(1, len(e2e)),
+        "max_report_backlog": max((b for _, _, b in sampler.over_time), default=0),
         "worker_killed_midway": killed,
-        "workers": 2,
+        "drain": args.drain,
+        "workers": args.processes,
+        "partitions": settings.partitions,
+        "store": args.store,
+        "handler": args.handler_kind,
         "concurrency_per_worker": args.concurrency,
     }
-    report(out, args.json_file)
+    path = report(out, args.json_file)
+    _plot(sampler.over_time, t0, lags, Path(args.png) if args.png else path.with_suffix(".png"))
     space.close()
     ok = out["duplicate_effects"] == 0 and distinct == n
     return 0 if ok else 1
+
+
+def _wait_dispatched(settings: Any, n: int) -> None:
+    """Block until ``n`` committed records are on the bench tenant's dispatch topic."""
+    from confluent_kafka import TopicPartition
+
+    from scheduler.kafka.clients import consumer
+    from scheduler.topology import topic_name
+
+    c = consumer(settings.kafka())
+    topic = topic_name(settings, "dispatch", "bw")
+    c.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
+    seen = 0
+    try:
+        while seen < n:
+            seen += sum(1 for m in c.consume(10_000, 0.5) if m.error() is None)
+    finally:
+        c.close()
+
+
+def _effects(store: str, db: Path, folder: Path) -> tuple[int, int]:
+    """(effects recorded, distinct occurrences among them)."""
+    if store == "sqlite":
+        with sqlite3.connect(db) as conn:
+            rows, distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT occurrence_id) FROM bench_effects"
+            ).fetchone()
+        return int(rows), int(distinct)
+    ids = [line for f in folder.glob("effects-*.txt") for line in f.read_text().split()]
+    return len(ids), len(set(ids))
+
+
+def _plot(over_time: list[tuple[float, int, int]], t0: float, lags: list[float], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = [t - t0 for t, _, _ in over_time]
+    rates = [0.0] + [
+        (s1 - s0) / (t1 - t0_) for (t0_, s0, _), (t1, s1, _) in itertools.pairwise(over_time)
+    ]
+    a.plot(xs, rates, label="occurrences succeeded /s")
+    a.set_xlabel("seconds after the due instant")
+    a.set_ylabel("occurrences / s")
+    a2 = a.twinx()
+    a2.plot(xs, [bl for _, _, bl in over_time], color="tab:red", label="processor report backlog")
+    a2.set_ylabel("report backlog (records)", color="tab:red")
+    a.set_title("worker throughput and the processor's report backlog")
+    if lags:
+        p50, p99 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(0.99 * len(lags)))]
+        step = max(1, len(lags) // 20_000)
+        b.plot(lags[::step], [i / len(lags) for i in range(0, len(lags), step)])
+        b.set_title(f"end to end (report - scheduled_for): p50 {p50:.1f}s, p99 {p99:.1f}s")
+    b.set_xlabel("seconds")
+    b.set_ylabel("fraction")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")

@@ -203,7 +203,8 @@ def _add_command(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None
     final = report in ("SUCCEEDED", "FAILED")
     batch.put_attempt(AttemptRow(
         oid, attempt, d["token"], tenant, sid, d["worker_id"],
-        at if report == "STARTED" else None, at if report == "HEARTBEAT" else None,
+        # a fast handler sends no STARTED: its final report carries the start (AttemptReport v2)
+        at if report == "STARTED" else d["started_at_ms"], at if report == "HEARTBEAT" else None,
         at if final else None, report if final else None, d["retryable"] if final else None,
         d["error_class"] if final else None, d["error_message"] if final else None,
     ))

@@ -31,13 +31,18 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, Self, TypeVar
 
-from scheduler.idempotency.errors import InvalidOccurrenceIdError, ReentrantCallError, StoreClosedError
+from scheduler.idempotency.errors import (
+    IdempotencyError,
+    InvalidOccurrenceIdError,
+    ReentrantCallError,
+    StoreClosedError,
+)
 
 T = TypeVar("T")
 ConnT = TypeVar("ConnT")
@@ -134,6 +139,22 @@ class IdempotencyStore(ABC, Generic[ConnT]):
             value = effect(claim.conn)
         return Outcome(first=True, value=value)
 
+    def run_batch(self, items: Sequence[tuple[str, Callable[[ConnT], T]]]) -> list[Outcome[T] | Exception]:
+        """:meth:`run_once` for each ``(occurrence_id, effect)``, in order, as one group commit.
+
+        Each effect still commits together with its id, exactly as in :meth:`run_once`; the
+        slot of an effect that raised holds its exception (its writes and its id rolled back,
+        the other items unaffected) instead of raising it. An id repeated in ``items`` runs once
+        (a later repeat is ``first=False``, unless the earlier one raised). A backend with group
+        commit (SQLite) commits the batch in one transaction, one durable write instead of one
+        per id; the others run one transaction per item. A store error (busy, unavailable) is
+        raised: with group commit, none of the batch is recorded.
+        """
+        for occurrence_id, _ in items:
+            check_occurrence_id(occurrence_id)
+        with self._call("run_batch"):
+            return self._run_batch(items)
+
     def seen(self, occurrence_id: str) -> bool:
         """True if ``occurrence_id`` is recorded (committed) as processed.
 
@@ -189,6 +210,20 @@ class IdempotencyStore(ABC, Generic[ConnT]):
         transaction open and healthy), else end the transaction without
         writing. On an exception: roll back and let it propagate.
         """
+
+    def _run_batch(self, items: Sequence[tuple[str, Callable[[ConnT], T]]]) -> list[Outcome[T] | Exception]:
+        """One transaction per item; backends with group commit override it."""
+        out: list[Outcome[T] | Exception] = []
+        for occurrence_id, effect in items:
+            try:
+                with self._claim(occurrence_id) as claim:
+                    value = effect(claim.conn) if claim.first else None
+                out.append(Outcome(first=claim.first, value=value))
+            except IdempotencyError:  # the store's own (busy, unavailable, a broken transaction)
+                raise
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     def _seen(self, occurrence_id: str) -> bool:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
-from scheduler.idempotency.base import Claim, IdempotencyStore
+from scheduler.idempotency.base import Claim, IdempotencyStore, Outcome
+
+T = TypeVar("T")
 
 
 class MemoryStore(IdempotencyStore[None]):
@@ -41,6 +44,22 @@ class MemoryStore(IdempotencyStore[None]):
                 return
             yield Claim(first=True, conn=None)
             self._processed[occurrence_id] = dt.datetime.now(dt.UTC)
+
+    def _run_batch(self, items: Sequence[tuple[str, Callable[[None], T]]]) -> list[Outcome[T] | Exception]:
+        out: list[Outcome[T] | Exception] = []
+        with self._lock:  # once for the batch
+            for occurrence_id, effect in items:
+                if occurrence_id in self._processed:
+                    out.append(Outcome(first=False, value=None))
+                    continue
+                try:
+                    value = effect(None)
+                except Exception as exc:
+                    out.append(exc)
+                    continue
+                self._processed[occurrence_id] = dt.datetime.now(dt.UTC)
+                out.append(Outcome(first=True, value=value))
+        return out
 
     def _seen(self, occurrence_id: str) -> bool:
         return occurrence_id in self._processed

@@ -25,12 +25,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from scheduler.idempotency._pool import ConnectionPool
-from scheduler.idempotency.base import TABLE, Claim, IdempotencyStore
+from scheduler.idempotency.base import TABLE, Claim, IdempotencyStore, Outcome
 from scheduler.idempotency.errors import EffectBrokeTransactionError, StoreBusyError, StoreUnavailableError
 
 _DDL = (
@@ -41,6 +42,7 @@ _DDL = (
 )
 _INSERT = f"INSERT INTO {TABLE} (occurrence_id) VALUES (?) ON CONFLICT (occurrence_id) DO NOTHING"
 _SELECT = f"SELECT 1 FROM {TABLE} WHERE occurrence_id = ?"
+T = TypeVar("T")
 
 
 class SQLiteStore(IdempotencyStore[sqlite3.Connection]):
@@ -90,6 +92,44 @@ class SQLiteStore(IdempotencyStore[sqlite3.Connection]):
 
     @contextmanager
     def _claim(self, occurrence_id: str) -> Iterator[Claim[sqlite3.Connection]]:
+        with self._write() as conn:
+            first = self._run(conn, _INSERT, occurrence_id).rowcount == 1
+            yield Claim(first=first, conn=conn)
+            if first:
+                self._check_open(conn, occurrence_id)
+                self._run(conn, "COMMIT")
+
+    def _run_batch(
+        self, items: Sequence[tuple[str, Callable[[sqlite3.Connection], T]]]
+    ) -> list[Outcome[T] | Exception]:
+        """Group commit: every item in one transaction (one durable write), each effect in a
+        SAVEPOINT with its id, so one that raises rolls back its own writes and id only."""
+        out: list[Outcome[T] | Exception] = []
+        with self._write() as conn:
+            for occurrence_id, effect in items:
+                self._run(conn, "SAVEPOINT ksched_item")
+                if self._run(conn, _INSERT, occurrence_id).rowcount != 1:
+                    self._run(conn, "RELEASE ksched_item")
+                    out.append(Outcome(first=False, value=None))
+                    continue
+                try:
+                    value = effect(conn)
+                except Exception as exc:
+                    self._check_open(conn, occurrence_id)
+                    self._run(conn, "ROLLBACK TO ksched_item")
+                    self._run(conn, "RELEASE ksched_item")
+                    out.append(exc)
+                    continue
+                self._check_open(conn, occurrence_id)
+                self._run(conn, "RELEASE ksched_item")
+                out.append(Outcome(first=True, value=value))
+            self._run(conn, "COMMIT")
+        return out
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """The write lock, a pooled connection and ``BEGIN IMMEDIATE``; rolled back unless the
+        caller committed."""
         if not self._write_lock.acquire(timeout=self._busy_timeout_s):
             raise StoreBusyError(
                 f"{self!r}: another thread kept the write lock for more than busy_timeout_s="
@@ -100,23 +140,22 @@ class SQLiteStore(IdempotencyStore[sqlite3.Connection]):
             try:
                 self._run(conn, "BEGIN IMMEDIATE")
                 try:
-                    first = self._run(conn, _INSERT, occurrence_id).rowcount == 1
-                    yield Claim(first=first, conn=conn)
-                    if first:
-                        if not _in_transaction(conn):
-                            raise EffectBrokeTransactionError(
-                                f"{self!r}: the effect for {occurrence_id!r} ended the store's transaction "
-                                "(commit(), rollback(), close() or COMMIT on its connection), so its writes "
-                                "and the record were not atomic: never end the transaction in an effect; "
-                                "use SAVEPOINT ... RELEASE for a partial rollback"
-                            )
-                        self._run(conn, "COMMIT")
+                    yield conn
                 finally:
                     _rollback_quietly(conn)  # no-op after COMMIT; ends the duplicate and failed cases
             finally:
                 self._pool.release(conn, reuse=_reusable(conn))
         finally:
             self._write_lock.release()
+
+    def _check_open(self, conn: sqlite3.Connection, occurrence_id: str) -> None:
+        if not _in_transaction(conn):
+            raise EffectBrokeTransactionError(
+                f"{self!r}: the effect for {occurrence_id!r} ended the store's transaction "
+                "(commit(), rollback(), close() or COMMIT on its connection), so its writes "
+                "and the record were not atomic: never end the transaction in an effect; "
+                "use SAVEPOINT ... RELEASE for a partial rollback"
+            )
 
     def _seen(self, occurrence_id: str) -> bool:
         conn = self._pool.acquire()

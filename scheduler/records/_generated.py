@@ -71,6 +71,9 @@ class AttemptReport:
     worker_id: str
     # When the worker sent the report (epoch ms UTC).
     reported_at_ms: int
+    # On a final report (SUCCEEDED or FAILED) of an attempt that sent no STARTED: when the handler started
+    # (epoch ms UTC); null otherwise (a STARTED report carries it as reported_at_ms).
+    started_at_ms: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

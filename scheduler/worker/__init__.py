@@ -19,10 +19,13 @@ What a worker does, per dispatch record of ``ksched.dispatch.<tenant>``
 3. report ``STARTED`` with a fresh fencing token, ``HEARTBEAT`` every
    ``heartbeat_s`` while the handler runs, then ``SUCCEEDED`` or ``FAILED``
    (retryable unless :class:`PermanentError`) to ``ksched.commands.<tenant>``;
+   a *fast* handler (``register(name, inline=True)`` or ``register_batch(name)``)
+   runs a consumed batch on the consumer thread and sends only the final report,
+   carrying its start time (docs/contract.md §7);
 4. commit the partition's offset up to its lowest unfinished record, only
    after that record's final report was acknowledged.
 
-At most ``concurrency`` handlers run at once; redelivery after a crash or a
+At most ``concurrency`` plain handlers run at once; redelivery after a crash or a
 rebalance is expected, so a handler must make its side effect idempotent on
 ``ctx.occurrence_id``.
 """
@@ -33,6 +36,7 @@ from scheduler.worker.errors import TopicMissingError, WorkerConfigError
 from scheduler.worker.handlers import (
     CANCELED_CLASS,
     UNKNOWN_HANDLER_CLASS,
+    BatchHandler,
     Canceled,
     Context,
     Handler,
@@ -47,6 +51,7 @@ from scheduler.worker.runtime import Worker
 __all__ = [
     "CANCELED_CLASS",
     "UNKNOWN_HANDLER_CLASS",
+    "BatchHandler",
     "Canceled",
     "Context",
     "Handler",

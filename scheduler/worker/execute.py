@@ -1,4 +1,5 @@
-"""Running one occurrence: recheck, STARTED, the handler with heartbeats, the final report.
+"""Running one occurrence of a plain handler on the pool: recheck, STARTED, the handler with heartbeats,
+the final report (fast handlers run on the consumer thread instead: scheduler/worker/fast.py).
 
 The order for each job, on a pool thread::
 
@@ -12,11 +13,11 @@ The order for each job, on a pool thread::
     6. heartbeats off, the final report (same token).
 
 A job is *done* for the offset tracker only when its final report is
-acknowledged by Kafka: ``on_done`` runs from the report's delivery callback,
-on the thread that polls the producer (the consumer thread). A report that
-failed delivery is produced again by :meth:`Executor.resend_failed`. So an
-offset is never committed before its report is durable; a crash in between
-re-runs the handler, which the idempotency store makes safe.
+acknowledged by Kafka (:class:`~scheduler.worker.reports.FinalReports`: from the
+report's delivery callback, on the thread that polls the producer, the consumer
+thread). A report that failed delivery is produced again by
+:meth:`Executor.resend_failed`. So an offset is never committed before its report is
+durable; a crash in between re-runs the handler, which the idempotency store makes safe.
 
 Pool threads are daemons: a handler that ignores cancellation and outlives
 the shutdown grace does not keep the process alive.
@@ -30,10 +31,7 @@ import secrets
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
-
-from confluent_kafka import KafkaError, Message
 
 from scheduler.records import Occurrence
 from scheduler.vocabulary import AttemptReportKind
@@ -50,7 +48,7 @@ from scheduler.worker.handlers import (
     outcome_of,
 )
 from scheduler.worker.metrics import WorkerMetrics
-from scheduler.worker.reports import Heartbeats, Reporter, now_ms
+from scheduler.worker.reports import FinalReports, Heartbeats, Reporter, now_ms
 from scheduler.worker.view import VersionState, VersionsView, verdict
 
 log = logging.getLogger("ksched.worker")
@@ -78,20 +76,19 @@ class Executor:
         heartbeats: Heartbeats,
         metrics: WorkerMetrics,
         concurrency: int,
-        on_done: Callable[[Job], None],
+        finals: FinalReports[Job],
     ) -> None:
         self._handlers = handlers
         self._view = view
         self._reporter = reporter
         self._beats = heartbeats
         self._metrics = metrics
-        self._on_done = on_done
         self.concurrency = concurrency
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._in_flight = 0
         self._running: dict[str, set[Context]] = defaultdict(set)  # schedule_id -> contexts
-        self._failed: list[tuple[Job, bytes]] = []  # final reports whose delivery failed
+        self._finals = finals
         self._freed = threading.Event()  # set whenever a job ends: wakes the consumer thread
         self.closed = False
         self._threads = [
@@ -147,10 +144,7 @@ class Executor:
 
     def resend_failed(self) -> None:
         """Produce again the final reports whose delivery failed (consumer thread)."""
-        with self._lock:
-            failed, self._failed = self._failed, []
-        for job, value in failed:
-            self._send_final(job, value)
+        self._finals.resend_failed()
 
     # -- pool threads -----------------------------------------------------------
     def _loop(self) -> None:
@@ -194,8 +188,8 @@ class Executor:
             return
         self._metrics.outcome(outcome.label)
         if outcome.label == "canceled":
-            self._metrics.canceled.labels(tenant=occ.tenant, reason=_reason_label(outcome)).inc()
-        self._send_final(job, self._reporter.build(occ, token, outcome.kind, outcome))
+            self._metrics.canceled.labels(tenant=occ.tenant, reason=reason_label(outcome)).inc()
+        self._finals.send(job, occ.schedule_id, self._reporter.build(occ, token, outcome.kind, outcome))
 
     def _attempt(self, job: Job, ctx: Context) -> Outcome:
         occ = job.occurrence
@@ -229,20 +223,7 @@ class Executor:
             self._beats.remove(ctx.token)
             self._metrics.handler_seconds.labels(tenant=occ.tenant).observe(time.monotonic() - started)
 
-    def _send_final(self, job: Job, value: bytes) -> None:
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is None:
-                self._on_done(job)
-                return
-            log.warning("final report of %s not delivered (%s): producing it again",
-                        job.occurrence.occurrence_id, err)
-            with self._lock:
-                self._failed.append((job, value))
-
-        self._reporter.send(job.occurrence.schedule_id, value, delivered)
-
-
-def _reason_label(outcome: Outcome) -> str:
+def reason_label(outcome: Outcome) -> str:
     """A bounded label for the canceled counter (the message carries the version number)."""
     msg = outcome.error_message or ""
     for label in ("superseded", "canceled", "paused", "shutting down"):

@@ -1,4 +1,4 @@
-"""The dispatch side of a worker: consume, hand jobs to the pool, pause at the limit, commit.
+"""The dispatch side of a worker: consume, run fast jobs / hand the rest to the pool, pause, commit.
 
 Everything here runs on the worker's consumer thread: ``consume()`` (and the
 rebalance callbacks it triggers), ``producer.poll()`` (and the report delivery
@@ -19,13 +19,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from scheduler.records import Occurrence, RecordDecodeError, decode
 from scheduler.worker.execute import Executor, Job
+from scheduler.worker.fast import FastRunner
 from scheduler.worker.metrics import WorkerMetrics
 from scheduler.worker.progress import PartitionProgress
 
 log = logging.getLogger("ksched.worker")
 
 COMMIT_EVERY_S = 0.1  # at most this often while running: a synchronous commit costs a round trip
-MAX_BATCH = 500
+MAX_BATCH = 2000  # records per consume(): a fast handler's batch
+MAX_UNACKED = 20_000  # final reports produced and not yet acknowledged: consumption waits beyond
 _REBALANCING = (
     KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID
 )
@@ -36,16 +38,17 @@ class Intake:
     """One worker's membership in ``<namespace>.tenant.<tenant>.worker`` on its dispatch topic."""
 
     def __init__(
-        self, *, consumer: Consumer, producer: Producer, executor: Executor, metrics: WorkerMetrics,
-        topic: str, tenant: str, worker_id: str, revoke_wait_s: float,
+        self, *, consumer: Consumer, producer: Producer, executor: Executor, fast: FastRunner,
+        metrics: WorkerMetrics, topic: str, tenant: str, worker_id: str, revoke_wait_s: float,
     ) -> None:
-        self.consumer, self.producer, self.executor = consumer, producer, executor
+        self.consumer, self.producer, self.executor, self.fast = consumer, producer, executor, fast
         self.metrics, self.topic, self.tenant, self.worker_id = metrics, topic, tenant, worker_id
         self.revoke_wait_s = revoke_wait_s
         self.progress: dict[int, PartitionProgress] = {}
         self.stopping = False
         self._epochs = itertools.count(1)
         self._backlog: deque[Job] = deque()  # consumed, not yet submitted
+        self._batch: list[Job] = []  # consumed jobs of fast handlers, run at the end of consume
         self._paused: set[int] = set()
         self._last_commit = 0.0
 
@@ -63,17 +66,28 @@ class Intake:
 
     @property
     def room(self) -> int:
-        """Records this worker may still take: free handler slots plus free prefetch slots."""
-        return self.executor.free + self.prefetch - len(self._backlog)
+        """Records this worker may still take: within the reports awaiting acknowledgment, and,
+        while records wait for the pool (or only the pool runs handlers), within the free handler
+        slots plus free prefetch slots."""
+        acks = MAX_UNACKED - sum(len(p.submitted) for p in self.progress.values())
+        if self._backlog or not self.fast.any:
+            return min(acks, self.executor.free + self.prefetch - len(self._backlog))
+        return acks
 
     def step(self) -> None:
-        """One pass: consume, submit what fits, pause or resume, serve deliveries, commit."""
+        """One pass: consume, run the fast jobs, submit what fits to the pool, pause or resume,
+        serve deliveries, commit."""
         ex = self.executor
         # Block in consume() only while waiting for records; with every handler busy (or
         # records queued locally) the wait is for a free slot instead: see the end of the pass.
         idle = 0.0 if self._backlog or ex.free <= 0 else 0.05
         for m in self.consumer.consume(num_messages=max(1, min(self.room, MAX_BATCH)), timeout=idle):
             self._take(m)
+        if self._batch:
+            batch, self._batch = self._batch, []
+            for job in batch:
+                self.progress[job.partition].submitted.add(job.offset)  # _take checked it is ours
+            self.fast.run(batch)
         while self._backlog and ex.free > 0:
             job = self._backlog.popleft()
             prog = self.progress.get(job.partition)
@@ -106,7 +120,8 @@ class Intake:
             self.metrics.malformed.labels(tenant=self.tenant, topic="dispatch").inc()
             prog.finish(off)  # it can never run: counts as finished
             return
-        self._backlog.append(Job(partition=p, offset=off, epoch=prog.epoch, occurrence=occ))
+        job = Job(partition=p, offset=off, epoch=prog.epoch, occurrence=occ)
+        (self._batch if self.fast.is_fast(occ.handler) else self._backlog).append(job)
 
     def _flow_control(self, *, stop: bool = False) -> None:
         """Pause fetching when the handlers are busy and the prefetch is full; keep polling
@@ -146,12 +161,19 @@ class Intake:
             prog.finish(job.offset)
 
     def commit(self, partitions: set[int] | None = None, *, force: bool = False) -> None:
-        """Commit each partition up to its lowest unfinished offset.
+        """Commit each partition up to its lowest unfinished offset. The only commit order:
 
-        The only commit order: an offset is finished only once its final report
-        was acknowledged (:meth:`done`, from the report's delivery callback), so
-        a report always precedes the commit that covers it. A crash in between
-        re-runs the handler (idempotency store); never the reverse."""
+        1. a job's final report is produced (by a pool thread, or by the fast batch it ran in);
+           until it is acknowledged the job's offset stays *submitted*, unfinished;
+        2. the broker acknowledges the report: its delivery callback (:meth:`done`, on this
+           thread, from ``producer.poll``) finishes the offset; a failed delivery is produced
+           again and step 2 waits for it;
+        3. here (at most every ``COMMIT_EVERY_S``; forced at a revocation and at close) each
+           partition is committed up to its lowest consumed offset not finished, so a batch's
+           offsets are committed only after every report of it, and of all before it, was
+           acknowledged.
+
+        A crash between 2 and 3 re-runs the handlers (idempotency store); never the reverse."""
         now = time.monotonic()
         if not force and now - self._last_commit < COMMIT_EVERY_S:
             return

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -24,6 +25,7 @@ from scheduler.worker.handlers import Outcome
 log = logging.getLogger("ksched.worker.reports")
 
 Delivery = Callable[[KafkaError | None, Message], None]
+J = TypeVar("J")
 
 
 def now_ms() -> int:
@@ -40,7 +42,7 @@ class Reporter:
 
     def build(
         self, occ: Occurrence, token: str, kind: AttemptReportKind | AttemptReportKindSymbol,
-        outcome: Outcome | None = None,
+        outcome: Outcome | None = None, started_at_ms: int | None = None,
     ) -> bytes:
         o = outcome or Outcome(kind=kind)
         return encode(
@@ -58,11 +60,15 @@ class Reporter:
                 error_message=o.error_message,
                 worker_id=self.worker_id,
                 reported_at_ms=now_ms(),
+                started_at_ms=started_at_ms,
             )
         )
 
-    def send(self, schedule_id: str, value: bytes, on_delivery: Delivery | None = None) -> None:
-        """Produce one report; waits (bounded) while the local queue is full."""
+    def send(
+        self, schedule_id: str, value: bytes, on_delivery: Delivery | None = None, *, polling: bool = False
+    ) -> None:
+        """Produce one report; waits (bounded) while the local queue is full. ``polling``: the
+        caller is the consumer thread, which may serve delivery callbacks while it waits."""
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -76,7 +82,42 @@ class Reporter:
                 # or delivery callbacks would run on a handler thread.
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.05)
+                if polling:
+                    self.producer.poll(0.05)
+                else:
+                    time.sleep(0.05)
+
+
+class FinalReports(Generic[J]):
+    """Final reports of jobs: ``on_done(job)`` once the broker acknowledged one (from the delivery
+    callback, on the consumer thread); one whose delivery failed is produced again by
+    :meth:`resend_failed`, so a job is never done before its report is durable."""
+
+    def __init__(self, reporter: Reporter, on_done: Callable[[J], None]) -> None:
+        self._reporter = reporter
+        self._on_done = on_done
+        self._failed: list[tuple[J, str, bytes]] = []  # appended by callbacks, swapped by resend_failed
+        self._lock = threading.Lock()
+
+    def send(self, job: J, schedule_id: str, value: bytes, *, polling: bool = False) -> None:
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                self._on_done(job)
+                return
+            log.warning("final report of %s not delivered (%s): producing it again", schedule_id, err)
+            with self._lock:
+                self._failed.append((job, schedule_id, value))
+
+        self._reporter.send(schedule_id, value, delivered, polling=polling)
+
+    def resend_failed(self) -> None:
+        """Produce again the final reports whose delivery failed (consumer thread)."""
+        if not self._failed:
+            return
+        with self._lock:
+            failed, self._failed = self._failed, []
+        for job, schedule_id, value in failed:
+            self.send(job, schedule_id, value, polling=True)
 
 
 @dataclass(kw_only=True)

@@ -1,4 +1,5 @@
-"""The worker process: one tenant's dispatch topic in a consumer group, handlers on a pool.
+"""The worker process: one tenant's dispatch topic in a consumer group, handlers on a pool
+(fast ones on the consumer thread).
 
 All Kafka consumer calls, rebalance callbacks, producer polls (hence report
 delivery callbacks) and offset bookkeeping happen on the thread that calls
@@ -29,10 +30,11 @@ from scheduler.tenants import Tenant
 from scheduler.topology import topic_name
 from scheduler.worker.errors import WorkerConfigError
 from scheduler.worker.execute import Executor, Job
+from scheduler.worker.fast import FastRunner
 from scheduler.worker.handlers import Handler, Handlers
 from scheduler.worker.intake import Intake
 from scheduler.worker.metrics import WorkerMetrics
-from scheduler.worker.reports import Heartbeats, Reporter
+from scheduler.worker.reports import FinalReports, Heartbeats, Reporter
 from scheduler.worker.view import VersionsView, partitions_of
 
 log = logging.getLogger("ksched.worker")
@@ -204,10 +206,13 @@ class Worker:
         prod = producer(self.conn, **{"client.id": client_id})
         reporter = Reporter(prod, topic_name(self.settings, "commands", self.tenant), self.worker_id)
         self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
+        finals: FinalReports[Job] = FinalReports(reporter, self._done)
         executor = Executor(
             handlers=self.handlers, view=self.view, reporter=reporter, heartbeats=beats,
-            metrics=self.metrics, concurrency=self.concurrency, on_done=self._done,
+            metrics=self.metrics, concurrency=self.concurrency, finals=finals,
         )
+        fast = FastRunner(handlers=self.handlers, view=self.view, reporter=reporter, finals=finals,
+                          metrics=self.metrics)
         cfg = consumer_config(
             self.conn,
             self.group_id,
@@ -229,8 +234,8 @@ class Worker:
             cons.close()
             raise
         self._intake = intake = Intake(
-            consumer=cons, producer=prod, executor=executor, metrics=self.metrics, topic=self.topic,
-            tenant=self.tenant, worker_id=self.worker_id, revoke_wait_s=self.grace_s,
+            consumer=cons, producer=prod, executor=executor, fast=fast, metrics=self.metrics,
+            topic=self.topic, tenant=self.tenant, worker_id=self.worker_id, revoke_wait_s=self.grace_s,
         )
         self.view.set_on_change(executor.on_version)
         beats.start()

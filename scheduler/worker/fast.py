@@ -1,0 +1,130 @@
+"""Fast handlers (inline or batch) run on the consumer thread, a consumed batch at a time.
+
+The order for each batch, on the consumer thread (no thread hop, no lock per record)::
+
+    1. recheck every job against the versions view, in memory: stale, canceled, paused, or
+       pending through a pause -> final report FAILED ksched.Canceled, handler not called;
+    2. group the rest by handler and call each handler's batch form once
+       (``Handlers.fast``), noting the start time;
+    3. one final report per job, the start time and a fresh token in it, and no ``STARTED``
+       before it: the attempt ends well within its lease, so the final report alone carries
+       what fencing needs (docs/contract.md §7).
+
+A job is *done* for the offset tracker when its final report is acknowledged
+(:class:`~scheduler.worker.reports.FinalReports`), exactly as for a pool job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+
+from scheduler.worker.execute import Job, reason_label
+from scheduler.worker.handlers import (
+    SUCCEEDED,
+    Context,
+    HandlerError,
+    Handlers,
+    Outcome,
+    canceled,
+    outcome_of,
+)
+from scheduler.worker.metrics import WorkerMetrics
+from scheduler.worker.reports import FinalReports, Reporter, now_ms
+from scheduler.worker.view import VersionsView
+
+log = logging.getLogger("ksched.worker")
+
+SLOW_BATCH_S = 1.0  # a fast handler's batch longer than this is logged: it holds up consumption
+SLOW_LOG_EVERY_S = 60.0  # at most one such line per minute: a loaded machine would log every batch
+
+
+class FastRunner:
+    """Runs the jobs of fast handlers on the consumer thread (see the module docstring)."""
+
+    def __init__(
+        self, *, handlers: Handlers, view: VersionsView, reporter: Reporter, finals: FinalReports[Job],
+        metrics: WorkerMetrics,
+    ) -> None:
+        self._handlers, self._view, self._reporter, self._finals = handlers, view, reporter, finals
+        self._metrics = metrics
+        tenant = metrics.tenant
+        # labels() looks a child up under a lock on every call: resolve the fixed ones once
+        self._lag = metrics.lag_seconds.labels(tenant=tenant)
+        self._seconds = metrics.handler_seconds.labels(tenant=tenant)
+        self._succeeded = metrics.handled.labels(tenant=tenant, outcome="succeeded")
+        self._slow_logged = -SLOW_LOG_EVERY_S
+
+    def is_fast(self, handler: str) -> bool:
+        return self._handlers.fast(handler) is not None
+
+    @property
+    def any(self) -> bool:
+        """Whether any handler is fast (else every job goes to the pool)."""
+        return self._handlers.has_fast
+
+    def run(self, jobs: Sequence[Job]) -> None:
+        """Steps 1-3 of the module docstring for ``jobs`` (consumer thread)."""
+        prefix = os.urandom(12).hex()  # + the job's index: a fresh, unique token per attempt
+        groups: dict[str, list[tuple[Job, Context]]] = {}
+        verdict, worker_id = self._view.verdict, self._reporter.worker_id
+        for i, job in enumerate(jobs):
+            occ = job.occurrence
+            token = f"{prefix}{i:08x}"
+            reason = verdict(occ.schedule_id, occ.version, occ.scheduled_for_ms)
+            if reason is not None:
+                log.info("not running %s: %s", occ.occurrence_id, reason)
+                self._final(job, token, canceled(reason), None)
+                continue
+            groups.setdefault(occ.handler, []).append((job, Context(
+                tenant=occ.tenant, schedule_id=occ.schedule_id, occurrence_id=occ.occurrence_id,
+                attempt=occ.attempt, version=occ.version, scheduled_for_ms=occ.scheduled_for_ms,
+                handler=occ.handler, payload=occ.payload, token=token, worker_id=worker_id,
+                deadline_ms=occ.deadline_ms,
+            )))
+        for name, items in groups.items():
+            self._call(name, items)
+
+    def _call(self, name: str, items: list[tuple[Job, Context]]) -> None:
+        fn = self._handlers.fast(name)
+        assert fn is not None  # only fast handlers' jobs come here (Intake routes them)
+        started_ms, started = now_ms(), time.monotonic()
+        contexts = [ctx for _, ctx in items]
+        try:
+            results = fn(contexts)
+        except BaseException as exc:  # the whole batch failed with it
+            log.warning("batch handler %s failed on %d occurrences: %r", name, len(items), exc)
+            results = [exc] * len(items)
+        if results is not None and len(results) != len(items):
+            wrong = HandlerError(f"batch handler {name!r} returned {len(results)} results for {len(items)} "
+                                 "occurrences: return None or one entry per context, in order")
+            log.warning("%s", wrong)
+            results = [wrong] * len(items)
+        elapsed = time.monotonic() - started
+        self._seconds.observe(elapsed)
+        if elapsed > SLOW_BATCH_S and started - self._slow_logged >= SLOW_LOG_EVERY_S:
+            self._slow_logged = started
+            log.warning("fast handler %s took %.1fs for %d occurrences, holding up consumption: register "
+                        "it as a plain handler if it can block", name, elapsed, len(items))
+        ok = 0
+        for k, (job, ctx) in enumerate(items):
+            self._lag.observe(max(0.0, (started_ms - job.occurrence.scheduled_for_ms) / 1000))
+            exc_k = None if results is None else results[k]
+            if exc_k is None:
+                ok += 1
+                self._final(job, ctx.token, SUCCEEDED, started_ms, count=False)
+            else:
+                self._final(job, ctx.token, outcome_of(exc_k), started_ms)
+        self._succeeded.inc(ok)
+
+    def _final(self, job: Job, token: str, outcome: Outcome, started_ms: int | None, *,
+               count: bool = True) -> None:
+        occ = job.occurrence
+        if count:
+            self._metrics.outcome(outcome.label)
+            if outcome.label == "canceled":
+                self._metrics.canceled.labels(tenant=occ.tenant, reason=reason_label(outcome)).inc()
+        value = self._reporter.build(occ, token, outcome.kind, outcome, started_at_ms=started_ms)
+        self._finals.send(job, occ.schedule_id, value, polling=True)
