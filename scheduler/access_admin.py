@@ -17,14 +17,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scheduler import access
-from scheduler.kafka.acls import create_acls, delete_principal_acls, revoke_scram, upsert_scram
-from scheduler.kafka.admin import admin_client
+from scheduler.kafka.acls import await_login, create_acls, delete_principal_acls, revoke_scram, upsert_scram
+from scheduler.kafka.admin import AdminError, admin_client
 from scheduler.kafka.credentials import new_password, read_users, update_users
 from scheduler.principals import as_admin
 from scheduler.settings import Settings
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
+
+
+# How long a new credential may take to reach every broker's login cache before issuing it fails.
+LOGIN_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,13 @@ def keeps_passwords(settings: Settings) -> bool:
 
 # -- applying ------------------------------------------------------------------------------------
 def _issue(settings: Settings, admin: AdminClient, user: str, password: str) -> IssuedCredentials:
+    """Set ``user``'s credential and return once every broker accepts it (a caller may log in at once)."""
     upsert_scram(admin, user, password, settings.sasl_mechanism)
+    if not await_login(as_admin(settings).as_user(user, password), LOGIN_WAIT_S):
+        raise AdminError(
+            f"the brokers at {settings.bootstrap_servers} still refuse the new credential of {user} after "
+            f"{LOGIN_WAIT_S:g} s: check the brokers' health (`ksched kafka status`), then issue it again"
+        )
     stored = keeps_passwords(settings)
     if stored:
         update_users(settings.credentials_path, {user: password})

@@ -10,6 +10,7 @@ Creating an ACL that exists, or upserting a credential, is idempotent on the bro
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -24,6 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from scheduler.kafka.admin import AdminError
+from scheduler.kafka.connection import KafkaConnection
 
 SCRAM_ITERATIONS = 8192
 
@@ -101,3 +103,30 @@ def revoke_scram(
     broker then refuses even the admin (docs/decisions.md). An upsert cannot trigger it.
     """
     upsert_scram(admin, user, secrets.token_urlsafe(32), mechanism, timeout_s)
+
+
+def await_login(conn: KafkaConnection, timeout_s: float = 30) -> bool:
+    """Wait until ``conn``'s user logs in to every broker of the cluster (True), or ``timeout_s``.
+
+    The controller acknowledges a new SCRAM credential once it is in the metadata log; each broker
+    applies it to its login cache a moment later -- under load, seconds later. A credential handed
+    out before then is refused at its first login, so whoever issues one waits here.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    pending, first = [conn.bootstrap], True
+    while pending and time.monotonic() < deadline:
+        # One broker at a time: metadata needs a login, so an answer means this broker knows the user.
+        admin = AdminClient({**conn.config(log_level=0, **{"socket.timeout.ms": 3000}),
+                             "bootstrap.servers": pending[0]})
+        try:
+            md = admin.list_topics(timeout=3)
+        except KafkaException:
+            time.sleep(0.2)
+            continue
+        pending.pop(0)
+        if first:  # the bootstrap answered: now every broker it lists
+            first = False
+            pending = [f"{b.host}:{b.port}" for b in md.brokers.values()]
+    return not pending
