@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
-from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
+from scheduler.bench.common import bench_namespace, pyplot, report, rss, start_processor, wait_restored
 from scheduler.bench.faults import BrokerFault
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.subprocesses import stop_all
@@ -316,13 +316,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plot(over_time: list[tuple[float, float]], lags: list[float], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     step = max(1, len(over_time) // 20_000)

@@ -111,3 +111,17 @@ def report(out: dict[str, Any], json_file: str) -> Path:
         print(f"{k:{width}} {v:,.3f}" if isinstance(v, float) else f"{k:{width}} {v}")
     print(f"wrote {path}")
     return path
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None (said once) when matplotlib is missing:
+    a benchmark's figures do not depend on its plot."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
+        return None
+    return plt

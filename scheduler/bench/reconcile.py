@@ -98,13 +98,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plot(out: dict[str, Any], png: Path) -> None:
-    try:
-        import matplotlib
+    from scheduler.bench.common import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
-        print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6, 3))
     seconds = [out["topics_seconds"], out["store_seconds"]]

@@ -291,13 +291,10 @@ def _effects(store: str, db: Path, folder: Path) -> tuple[int, int]:
 
 
 def _plot(over_time: list[tuple[float, int, int]], t0: float, lags: list[float], path: Path) -> None:
-    try:
-        import matplotlib
+    from scheduler.bench.common import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     xs = [t - t0 for t, _, _ in over_time]
