@@ -1,24 +1,33 @@
 """``ksched status`` (issue 16, item 1): the verdict on constructed views (pure), then the real
 broker: no processor -> every shard unowned, exit 1; a processor owning them all -> exit 0 with its
-shards, watermarks and the registered tenant."""
+shards, watermarks and the registered tenant; two processor processes, two tenants and a worker,
+then one processor killed with SIGKILL: its shards move to the other and the view says so."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from namespaces import drop_namespace
+from test_attempts_e2e import Running
 from test_processor_failover import InProcess, OffsetClock, with_topics
 
 from scheduler.access_admin import ensure_services
 from scheduler.cli import main
 from scheduler.settings import Settings
 from scheduler.status.model import WATERMARK_LAG_LIMIT_S, ShardView, StatusView, TenantView, problems, to_json
+from scheduler.subprocesses import stop_all
 from scheduler.tenant_admin import current, put
 from scheduler.tenants import Tenant
+from scheduler.worker import Context, Worker
 
 NOW = 1_900_000_000_000
 
@@ -95,3 +104,60 @@ def test_status_names_unowned_shards_then_the_processor_that_owns_them(
     # The registry is the topic over the seed file: the session's seeded tenants are listed too.
     [t] = [t for t in data["tenants"] if t["name"] == "st"]  # type: ignore[attr-defined,index]
     assert t["state"] == "ACTIVE" and t["workers"] == 0
+
+
+def _until(capsys: pytest.CaptureFixture[str], ok: Callable[[int, dict[str, Any]], bool], timeout_s: float,
+           what: str) -> tuple[int, dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code, data = _status(capsys)
+        if ok(code, data):
+            return code, data
+        assert time.monotonic() < deadline, f"{what} not seen in {timeout_s:g} s: {data}"
+        time.sleep(0.5)
+
+
+def _spread(code: int, data: dict[str, Any]) -> bool:
+    procs = data["processors"]
+    return code == 0 and len(procs) == 2 and all(p["shards"] for p in procs)
+
+
+@pytest.mark.kafka
+def test_status_follows_two_processors_two_tenants_a_worker_and_a_processor_killed(
+    space: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tenants = with_topics(space, Tenant(name="sa"), Tenant(name="sb"))
+    for t in tenants.values():
+        put(space, current(space), t)
+    env = {**os.environ, "KSCHED_NAMESPACE": space.namespace}
+    cmd = [sys.executable, "-m", "scheduler", "processor", "--log-level", "WARNING", "--metrics-port", "0"]
+    procs = [subprocess.Popen(cmd, env=env) for _ in range(2)]
+
+    def noop(ctx: Context) -> None:
+        return None
+
+    worker = Worker(space, tenant="sa", handlers={"h": noop}, grace_s=1, heartbeat_s=0.5)
+    running = Running(worker)
+    try:
+        assert worker.wait_ready(60)
+        _, data = _until(capsys, _spread, 90, "two processors sharing every shard, on time")
+        owned = sorted(s for p in data["processors"] for s in p["shards"])
+        assert owned == list(range(space.partitions))
+        views = {t["name"]: t for t in data["tenants"]}
+        assert views["sa"]["workers"] == 1 and views["sb"]["workers"] == 0
+        assert views["sa"]["state"] == views["sb"]["state"] == "ACTIVE"
+
+        procs[0].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        # The group drops the dead member after its session timeout (6 s); the survivor then owns
+        # every shard and ticks them: exit 0 again, with one processor.
+        _, data = _until(capsys, lambda c, d: c == 0 and len(d["processors"]) == 1, 60,
+                         "every shard moved to the surviving processor")
+        moved_s = time.monotonic() - killed
+        [p] = data["processors"]
+        assert p["shards"] == list(range(space.partitions))
+        print(f"status: shards moved to the survivor {moved_s:.1f} s after the SIGKILL")
+        assert moved_s < 30, f"{moved_s:.1f} s: far past the 6 s session timeout"
+    finally:
+        running.stop()
+        stop_all(procs, 30)
