@@ -17,12 +17,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from scheduler.settings import Settings
 
 #: The job label of each process kind (the alert rules and the dashboard select on it).
 JOBS = ("ksched-processor", "ksched-worker", "ksched-history", "ksched-reconcile")
+#: 1, labelled with the process's namespace and role (its job): a reader of the discovery folder
+#: (``ksched status``) keeps the endpoints of its own namespace (several share one machine).
+PROCESS_INFO = "ksched_process_info"
 
 
 class MetricsPortError(OSError):
@@ -43,6 +46,9 @@ def serve_metrics(settings: Settings, registry: CollectorRegistry, *, job: str, 
     """Listen on 127.0.0.1:``port`` (0: any free port) and register the endpoint under ``job``."""
     if job not in JOBS:
         raise ValueError(f"job {job!r}: not one of {', '.join(JOBS)}")
+    info = Gauge(PROCESS_INFO, "1 for this process: its namespace and role", ["namespace", "role"],
+                 registry=registry)
+    info.labels(namespace=settings.namespace, role=job).set(1)
     try:
         server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
     except OSError as exc:

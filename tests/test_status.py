@@ -119,7 +119,8 @@ def _until(capsys: pytest.CaptureFixture[str], ok: Callable[[int, dict[str, Any]
 
 def _spread(code: int, data: dict[str, Any]) -> bool:
     procs = data["processors"]
-    return code == 0 and len(procs) == 2 and all(p["shards"] for p in procs)
+    registered = data["figures"]["endpoints"]  # each processor's /metrics, found in the discovery folder
+    return code == 0 and len(procs) == 2 and all(p["shards"] for p in procs) and registered == 2
 
 
 @pytest.mark.kafka
@@ -157,6 +158,8 @@ def test_status_follows_two_processors_two_tenants_a_worker_and_a_processor_kill
         [p] = data["processors"]
         assert p["shards"] == list(range(space.partitions))
         print(f"status: shards moved to the survivor {moved_s:.1f} s after the SIGKILL")
+        assert data["figures"]["endpoints"] == 1  # the dead one's registration is swept
+        assert set(data["figures"]["due_1h"]) == {str(s) for s in range(space.partitions)}
         assert moved_s < 30, f"{moved_s:.1f} s: far past the 6 s session timeout"
     finally:
         running.stop()

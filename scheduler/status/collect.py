@@ -7,7 +7,9 @@ What it asks, and of whom (no private side channel):
    partitions assigned to each (that assignment *is* shard ownership);
 3. ``<ns>.state`` read to its end: each shard's last ``ShardState`` (watermark, last tick);
 4. the tenant registry; the end offsets of every tenant's dispatch and DLQ partitions (one
-   ``list_offsets`` per end), then per tenant its worker group's committed offsets and members.
+   ``list_offsets`` per end), then per tenant its worker group's committed offsets and members;
+5. the namespace's processors' own /metrics, found in the discovery folder
+   (:mod:`scheduler.status.scrape`): due backlog and restores per shard, figures per tenant.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from scheduler.principals import as_admin
 from scheduler.records import ShardState, decode
 from scheduler.settings import Settings
 from scheduler.status.model import ProcessorView, ShardView, StatusView, TenantView
+from scheduler.status.scrape import scrape
 from scheduler.tenant_registry import read_registry
 from scheduler.topology import topic_name
 
@@ -57,6 +60,7 @@ def collect(settings: Settings) -> StatusView:
         bootstrap=settings.bootstrap_servers, namespace=settings.namespace, brokers=brokers,
         processors=processors, shards=shards, tenants=tenants, taken_at_ms=int(time.time() * 1000),
         prometheus=settings.prometheus_link,
+        figures=scrape(settings.prometheus_targets_dir, settings.namespace),  # 5
     )
 
 

@@ -7,7 +7,7 @@ late by at least that much: its tenants are past the 5 s lag SLO).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # A shard ticks every few hundred ms, so a healthy watermark trails the clock by well under a
@@ -62,6 +62,28 @@ class TenantView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TenantFigures:
+    """A tenant's emitted, missed and throttled occurrences and its lag p99, summed over processors."""
+
+    emitted: int = 0
+    missed: int = 0
+    throttled: int = 0
+    lag_p99_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    """What the processors of one namespace report: per shard the occurrences due within a minute
+    and an hour, the restores in progress (shard -> start, epoch seconds), and per tenant."""
+
+    endpoints: int = 0
+    due_1m: dict[int, int] = field(default_factory=dict)
+    due_1h: dict[int, int] = field(default_factory=dict)
+    restoring_since: dict[int, float] = field(default_factory=dict)
+    tenants: dict[str, TenantFigures] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class StatusView:
     bootstrap: str
     namespace: str
@@ -71,6 +93,7 @@ class StatusView:
     tenants: tuple[TenantView, ...]
     taken_at_ms: int
     prometheus: str = ""  # where the metrics and alerts are (setting prometheus_url)
+    figures: Figures = field(default_factory=lambda: Figures())  # the processors' own /metrics
 
 
 def problems(view: StatusView) -> list[str]:

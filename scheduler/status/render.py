@@ -13,6 +13,10 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _n(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def render(view: StatusView) -> Group:
     now = view.taken_at_ms
     head = Text(f"ksched {view.namespace} on {view.bootstrap} — brokers: {', '.join(view.brokers) or 'none'}")
@@ -23,18 +27,27 @@ def render(view: StatusView) -> Group:
         procs.add_column(col)
     for p in view.processors:
         procs.add_row(p.client_id, p.host, ", ".join(map(str, p.shards)) or "none")
-    shards = Table(title="shards", title_justify="left")
-    for col in ("shard", "owner", "watermark lag s", "last commit s ago", "ticks", "emitted"):
+    f = view.figures
+    shards = Table(title=f"shards (due and restores: {f.endpoints} processor endpoint(s) read)",
+                   title_justify="left")
+    for col in ("shard", "owner", "watermark lag s", "last commit s ago", "ticks", "emitted", "due 1m",
+                "due 1h", "restoring s"):
         shards.add_column(col, justify="right" if col != "owner" else "left")
     for s in view.shards:
+        since = f.restoring_since.get(s.shard)
         shards.add_row(str(s.shard), s.owner or Text("UNOWNED", style="bold red"), _s(s.watermark_lag_s(now)),
-                       _s(s.commit_age_s(now)), str(s.ticks), str(s.emitted))
-    tenants = Table(title="tenants (offsets; transaction markers count)", title_justify="left")
-    for col in ("tenant", "state", "dispatched", "worker lag", "workers", "DLQ"):
+                       _s(s.commit_age_s(now)), str(s.ticks), str(s.emitted), _n(f.due_1m.get(s.shard)),
+                       _n(f.due_1h.get(s.shard)), "-" if since is None else _s(now / 1000 - since))
+    tenants = Table(title="tenants (offsets, transaction markers count; figures since the processors "
+                          "started)", title_justify="left")
+    for col in ("tenant", "state", "dispatched", "worker lag", "workers", "DLQ", "emitted", "missed",
+                "throttled", "lag p99 s"):
         tenants.add_column(col, justify="left" if col in ("tenant", "state") else "right")
     for t in view.tenants:
+        tf = f.tenants.get(t.name)
+        counts = ("-", "-", "-") if tf is None else (str(tf.emitted), str(tf.missed), str(tf.throttled))
         tenants.add_row(t.name, t.state, str(t.dispatch_offsets), str(t.worker_lag), str(t.workers),
-                        str(t.dlq_offsets))
+                        str(t.dlq_offsets), *counts, _s(tf.lag_p99_s if tf else None))
     found = problems(view)
     if found:
         verdict = Text("\n".join(f"✗ {p}" for p in found), style="bold red")
