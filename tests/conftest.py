@@ -31,11 +31,22 @@ TEST_KAFKA_PORT = int(os.environ.get("KSCHED_TEST_KAFKA_PORT", "19092"))
 _BROKER_ENV: dict[str, str] = {}
 
 
+# KSCHED_TEST_BROKER: the embedded broker (default), or the same broker config in an apache/kafka
+# container started through testcontainers (needs Docker; tests/container_broker.py).
+TEST_BROKERS = ("embedded", "testcontainers")
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("KSCHED_BOOTSTRAP")
     if external:
         yield external
+        return
+    choice = os.environ.get("KSCHED_TEST_BROKER", "embedded")
+    if choice not in TEST_BROKERS:
+        pytest.fail(f"KSCHED_TEST_BROKER={choice!r}: not one of {', '.join(TEST_BROKERS)}", pytrace=False)
+    if choice == "testcontainers":
+        yield from _container_bootstrap(tmp_path_factory.mktemp("kafka-container"))
         return
     from scheduler.localbroker import BrokerConfig, LocalBroker, LocalBrokerError
 
@@ -67,6 +78,21 @@ def kafka_bootstrap() -> Iterator[str]:
     yield broker.bootstrap
     if not was_running and os.environ.get("KSCHED_TEST_KEEP_KAFKA") != "1":
         broker.stop()
+
+
+def _container_bootstrap(folder: Path) -> Iterator[str]:
+    from container_broker import ContainerBrokerError, container_broker
+
+    failure = ""
+    try:
+        with container_broker(folder, TEST_KAFKA_PORT, load_settings(env={}).kafka_version) as credentials:
+            _BROKER_ENV.update({"KSCHED_CREDENTIALS_FILE": str(credentials),
+                                "KSCHED_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+            yield f"127.0.0.1:{TEST_KAFKA_PORT}"
+    except ContainerBrokerError as exc:
+        failure = str(exc)
+    if failure:  # outside the except block: one line, no chained exception
+        pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture(scope="session")
