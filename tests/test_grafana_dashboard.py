@@ -74,7 +74,7 @@ def test_the_dashboard_answers_the_operators_questions() -> None:
     used = {n for exprs in queries(dashboard()).values() for e in exprs for n in _NAME.findall(e)}
     wanted = {  # issue 16 item 4, one metric for each view it asks for
         "ksched_schedule_lag_seconds_bucket",  # per-tenant lag percentiles
-        "ksched_emitted_total", "ksched_throttled_total",  # emission rate vs quota
+        "ksched_emitted_total", "ksched_tenant_quota", "ksched_throttled_total",  # emission rate vs quota
         "ksched_upcoming_occurrences",  # backlog per bucket
         "ksched_shard_owned",  # shard ownership
         "ksched_worker_start_lag_seconds_bucket",  # worker lag

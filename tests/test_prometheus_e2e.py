@@ -111,7 +111,9 @@ def test_every_process_exposition_passes_promtool_and_carries_its_metrics(stack:
         "processor": ["ksched_schedule_lag_seconds_bucket", "ksched_shard_owned", "ksched_shards",
                       "ksched_watermark_timestamp_seconds", "ksched_upcoming_occurrences",
                       "ksched_clock_offset_seconds", "ksched_clock_offset_uncertainty_seconds",
-                      'ksched_attempt_reports_total{kind="STARTED",tenant="prom"}'],
+                      'ksched_attempt_reports_total{kind="STARTED",tenant="prom"}',
+                      'ksched_tenant_quota{quota="trigger_rate_per_s",tenant="prom"} '
+                      f"{float(Tenant(name=TENANT).trigger_rate_per_s)}"],
         "worker": ['ksched_worker_handled_total{outcome="succeeded",tenant="prom"}',
                    "ksched_worker_start_lag_seconds_bucket"],
         "history": ["ksched_history_records_total", "ksched_history_last_commit_timestamp_seconds"],

@@ -66,6 +66,11 @@ def kafka_uuid() -> str:
             return text
 
 
+def admin_scram(admin_password: str) -> str:
+    """``kafka-storage format --add-scram``'s value: the admin SCRAM user, created at format time."""
+    return f"{MECHANISM}=[name={ADMIN_USER},password={admin_password}]"
+
+
 def server_properties(config: BrokerConfig, log_dir: Path, admin_password: str = "") -> str:
     """The broker's config; it holds ``admin_password``, so the caller writes it mode 0600."""
     p, c, pw = config.port, config.controller_port, admin_password

@@ -21,13 +21,7 @@ import shlex
 from pathlib import Path
 
 from scheduler.kafka.credentials import ensure_user, write_secret_file
-from scheduler.localbroker.config import (
-    ADMIN_USER,
-    MECHANISM,
-    BrokerConfig,
-    kafka_uuid,
-    server_properties,
-)
+from scheduler.localbroker.config import ADMIN_USER, BrokerConfig, admin_scram, kafka_uuid, server_properties
 
 #: Where the container mounts the folder.
 MOUNT = "/ksched-kafka"
@@ -43,7 +37,7 @@ def image(version: str) -> str:
 
 
 def start_script(cluster_id: str, admin_password: str) -> str:
-    scram = f"{MECHANISM}=[name={ADMIN_USER},password={admin_password}]"
+    scram = admin_scram(admin_password)
     props = f"{MOUNT}/server.properties"
     return f"""\
 #!/bin/sh
