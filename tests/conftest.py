@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -36,16 +36,21 @@ _BROKER_ENV: dict[str, str] = {}
 TEST_BROKERS = ("embedded", "testcontainers")
 
 
+def broker_choice(env: Mapping[str, str]) -> str:
+    """``KSCHED_TEST_BROKER`` (default embedded); anything else fails the session with one line."""
+    choice = env.get("KSCHED_TEST_BROKER", "embedded")
+    if choice not in TEST_BROKERS:
+        pytest.fail(f"KSCHED_TEST_BROKER={choice!r}: not one of {', '.join(TEST_BROKERS)}", pytrace=False)
+    return choice
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("KSCHED_BOOTSTRAP")
     if external:
         yield external
         return
-    choice = os.environ.get("KSCHED_TEST_BROKER", "embedded")
-    if choice not in TEST_BROKERS:
-        pytest.fail(f"KSCHED_TEST_BROKER={choice!r}: not one of {', '.join(TEST_BROKERS)}", pytrace=False)
-    if choice == "testcontainers":
+    if broker_choice(os.environ) == "testcontainers":
         yield from _container_bootstrap(tmp_path_factory.mktemp("kafka-container"))
         return
     from scheduler.localbroker import BrokerConfig, LocalBroker, LocalBrokerError

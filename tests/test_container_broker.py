@@ -2,8 +2,9 @@
 
 A pytest run of its own on a probe test that needs ``kafka_bootstrap``: with ``testcontainers`` and no
 reachable Docker the fixture fails with one line naming the fix (no traceback, no chained error);
-an unknown choice is named. The slow test runs the container's generated files on this host with
-the local Kafka jars; Docker itself is untested here (docker/README.md).
+an unknown choice is named (conftest's ``broker_choice``). The slow test runs the container's
+generated files on this host with the local Kafka jars; Docker itself is untested here
+(docker/README.md).
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ def test_without_docker_the_testcontainers_choice_fails_with_one_clear_line(tmp_
     assert "Traceback" not in out and "During handling" not in out, out
 
 
-def test_an_unknown_choice_is_named(tmp_path: Path) -> None:
-    r = probe(tmp_path, KSCHED_TEST_BROKER="docker")
-    assert r.returncode == 1
-    assert "KSCHED_TEST_BROKER='docker': not one of embedded, testcontainers" in r.stdout
+def test_the_choice_defaults_to_the_embedded_broker_and_names_an_unknown_one() -> None:
+    from conftest import broker_choice
+
+    assert broker_choice({}) == "embedded"
+    assert broker_choice({"KSCHED_TEST_BROKER": "testcontainers"}) == "testcontainers"
+    unknown = "KSCHED_TEST_BROKER='docker': not one of embedded, testcontainers"
+    with pytest.raises(pytest.fail.Exception, match=unknown):
+        broker_choice({"KSCHED_TEST_BROKER": "docker"})
 
 
 def _storage_args(script: str) -> list[str]:
