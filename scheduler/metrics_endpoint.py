@@ -43,14 +43,14 @@ class Endpoint:
 
 
 def serve_metrics(settings: Settings, registry: CollectorRegistry, *, job: str, port: int) -> Endpoint:
-    """Listen on 127.0.0.1:``port`` (0: any free port) and register the endpoint under ``job``."""
+    """Listen on ``bind_host``:``port`` (0: any free port) and register the endpoint under ``job``."""
     if job not in JOBS:
         raise ValueError(f"job {job!r}: not one of {', '.join(JOBS)}")
     info = Gauge(PROCESS_INFO, "1 for this process: its namespace and role", ["namespace", "role"],
                  registry=registry)
     info.labels(namespace=settings.namespace, role=job).set(1)
     try:
-        server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+        server, _ = start_http_server(port, addr=settings.bind_host, registry=registry)
     except OSError as exc:
         raise MetricsPortError(
             f"--metrics-port {port}: cannot listen ({exc.strerror}); "

@@ -64,6 +64,9 @@ class Settings:
     finished_retention_s: int = 7 * 86_400  # COMPLETED / CANCELED schedules kept this long, then purged
     start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     metrics_port: int = 9464
+    # The address /metrics and the API listen on. 127.0.0.1 everywhere but in a container, where
+    # Prometheus and the published ports reach the process from outside (docker/compose.yaml).
+    bind_host: str = "127.0.0.1"
     api_port: int = 8080
     api_rate_per_s: int = 2000  # requests per second per tenant on each API instance; 0: no limit
     # Prometheus (docs/operations.md): where every process registers its /metrics endpoint (a

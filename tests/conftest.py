@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -31,11 +31,27 @@ TEST_KAFKA_PORT = int(os.environ.get("KSCHED_TEST_KAFKA_PORT", "19092"))
 _BROKER_ENV: dict[str, str] = {}
 
 
+# KSCHED_TEST_BROKER: the embedded broker (default), or the same broker config in an apache/kafka
+# container started through testcontainers (needs Docker; tests/container_broker.py).
+TEST_BROKERS = ("embedded", "testcontainers")
+
+
+def broker_choice(env: Mapping[str, str]) -> str:
+    """``KSCHED_TEST_BROKER`` (default embedded); anything else fails the session with one line."""
+    choice = env.get("KSCHED_TEST_BROKER", "embedded")
+    if choice not in TEST_BROKERS:
+        pytest.fail(f"KSCHED_TEST_BROKER={choice!r}: not one of {', '.join(TEST_BROKERS)}", pytrace=False)
+    return choice
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("KSCHED_BOOTSTRAP")
     if external:
         yield external
+        return
+    if broker_choice(os.environ) == "testcontainers":
+        yield from _container_bootstrap(tmp_path_factory.mktemp("kafka-container"))
         return
     from scheduler.localbroker import BrokerConfig, LocalBroker, LocalBrokerError
 
@@ -67,6 +83,21 @@ def kafka_bootstrap() -> Iterator[str]:
     yield broker.bootstrap
     if not was_running and os.environ.get("KSCHED_TEST_KEEP_KAFKA") != "1":
         broker.stop()
+
+
+def _container_bootstrap(folder: Path) -> Iterator[str]:
+    from container_broker import ContainerBrokerError, container_broker
+
+    failure = ""
+    try:
+        with container_broker(folder, TEST_KAFKA_PORT, load_settings(env={}).kafka_version) as credentials:
+            _BROKER_ENV.update({"KSCHED_CREDENTIALS_FILE": str(credentials),
+                                "KSCHED_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+            yield f"127.0.0.1:{TEST_KAFKA_PORT}"
+    except ContainerBrokerError as exc:
+        failure = str(exc)
+    if failure:  # outside the except block: one line, no chained exception
+        pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Real processes, real expositions, a real Prometheus.
 
-A processor, a worker and a history indexer run as ``ksched`` subprocesses with ``--metrics-port 0``
-and register in a file_sd folder; each exposition passes ``promtool check metrics``; a Prometheus
+A processor, a worker, a history indexer and a reconciler run as ``ksched`` subprocesses with
+``--metrics-port 0`` and register in a file_sd folder; each exposition passes ``promtool check
+metrics`` and declares exactly deploy/prometheus/metrics.txt (the dashboard's list); a Prometheus
 scraping that folder sees them all up. The slow test stops the worker while the tenant's schedules
 keep firing and reads the firing alert from Prometheus' HTTP API.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from test_contract_e2e import create_many, free_port
+from test_grafana_dashboard import METRICS_LIST, committed_names, exposition_names
 from test_prometheus_rules import promtool
 
 from scheduler.domain import ScheduleSpec
@@ -43,14 +45,16 @@ class Stack:
         env = {**os.environ, "KSCHED_TICK_INTERVAL_MS": "50",
                "KSCHED_PROMETHEUS_SD_DIR": str(self.targets), "KSCHED_DEMO_DB": str(self.folder / "fx.db")}
         log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        quiet = [] if args[0] == "reconcile" else ["--log-level", "WARNING"]  # it logs nothing routine
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "scheduler", *args, "--metrics-port", "0", "--log-level", "WARNING"],
+            [sys.executable, "-m", "scheduler", *args, "--metrics-port", "0", *quiet],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )
 
     def endpoint(self, name: str, timeout_s: float = 60) -> str:
         """The /metrics URL process ``name`` registered in the targets folder."""
-        job = {"processor": "ksched-processor", "worker": "ksched-worker", "history": "ksched-history"}[name]
+        job = {"processor": "ksched-processor", "worker": "ksched-worker", "history": "ksched-history",
+               "reconcile": "ksched-reconcile"}[name]
         path = self.targets / f"{job}-{self.procs[name].pid}.json"
         deadline = time.monotonic() + timeout_s
         while not path.exists():
@@ -93,6 +97,7 @@ def stack(kafka_settings: Settings, tmp_path_factory: pytest.TempPathFactory) ->
     s.start("processor", "processor")
     s.start("worker", "worker", "--tenant", TENANT, "--handlers", "scheduler.demo.handlers", "--grace-s", "1")
     s.start("history", "history", "--dsn", f"sqlite:///{folder / 'history.db'}")
+    s.start("reconcile", "reconcile", "--tenant", TENANT, "--from", "now", "--watch")
     try:
         yield s
     finally:
@@ -106,7 +111,9 @@ def test_every_process_exposition_passes_promtool_and_carries_its_metrics(stack:
         "processor": ["ksched_schedule_lag_seconds_bucket", "ksched_shard_owned", "ksched_shards",
                       "ksched_watermark_timestamp_seconds", "ksched_upcoming_occurrences",
                       "ksched_clock_offset_seconds", "ksched_clock_offset_uncertainty_seconds",
-                      'ksched_attempt_reports_total{kind="STARTED",tenant="prom"}'],
+                      'ksched_attempt_reports_total{kind="STARTED",tenant="prom"}',
+                      'ksched_tenant_quota{quota="trigger_rate_per_s",tenant="prom"} '
+                      f"{float(Tenant(name=TENANT).trigger_rate_per_s)}"],
         "worker": ['ksched_worker_handled_total{outcome="succeeded",tenant="prom"}',
                    "ksched_worker_start_lag_seconds_bucket"],
         "history": ["ksched_history_records_total", "ksched_history_last_commit_timestamp_seconds"],
@@ -129,8 +136,19 @@ def test_every_process_exposition_passes_promtool_and_carries_its_metrics(stack:
     assert len(owned) == stack.settings.partitions  # one processor: every shard
 
 
+def test_the_committed_metric_list_is_what_the_processes_export(stack: Stack) -> None:
+    """deploy/prometheus/metrics.txt (the dashboard test's list) is exactly the union of the real
+    expositions: a renamed metric fails here, and a new one must be added there."""
+    real: set[str] = set()
+    for name in ("processor", "worker", "history", "reconcile"):
+        real |= exposition_names(scrape(stack.endpoint(name)))
+    listed = committed_names()
+    assert listed == real, (f"{METRICS_LIST}: missing {sorted(real - listed)}, "
+                            f"not exported {sorted(listed - real)}")
+
+
 def test_a_prometheus_on_the_targets_folder_scrapes_every_process(stack: Stack, tmp_path: Path) -> None:
-    for name in ("processor", "worker", "history"):
+    for name in ("processor", "worker", "history", "reconcile"):
         stack.endpoint(name)
     with LocalPrometheus(tmp_path, free_port(), stack.targets, scrape_interval_s=1,
                          evaluation_interval_s=1) as prom:
@@ -138,7 +156,7 @@ def test_a_prometheus_on_the_targets_folder_scrapes_every_process(stack: Stack, 
         while True:
             active = prom.api("targets")["activeTargets"]
             up = {t["labels"]["job"] for t in active if t["health"] == "up"}
-            if up == {"ksched-processor", "ksched-worker", "ksched-history"}:
+            if up == {"ksched-processor", "ksched-worker", "ksched-history", "ksched-reconcile"}:
                 break
             assert time.monotonic() < deadline, active
             time.sleep(1)

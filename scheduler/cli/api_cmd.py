@@ -34,10 +34,11 @@ def _serve(args: argparse.Namespace) -> int:
     from scheduler.settings import load_settings
     from scheduler.tenant_registry import RegistryMissing
 
-    port = args.port if args.port is not None else load_settings().api_port
-    print(f"ksched api: http://127.0.0.1:{port}/docs", flush=True)
+    settings = load_settings()
+    port = args.port if args.port is not None else settings.api_port
+    print(f"ksched api: http://{settings.bind_host}:{port}/docs", flush=True)
     try:
-        serve(port, timeout_s=args.timeout)
+        serve(port, host=settings.bind_host, timeout_s=args.timeout)
     except RegistryMissing as exc:
         raise UsageError(f"{exc} (run `ksched topics apply`)") from None
     return 0

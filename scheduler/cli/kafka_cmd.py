@@ -33,6 +33,12 @@ def register(sub: Any) -> None:
     ss = ksub.add_parser("status", help="is it running, which version, which topics")
     ss.add_argument("--json", action="store_true", help="print one JSON object")
     ss.set_defaults(handler=_status)
+    cc = ksub.add_parser(
+        "container-config",
+        help="write the files an apache/kafka container runs (docker/compose.yaml) into kafka_data_dir")
+    cc.add_argument("--advertised-host", required=True,
+                    help="the host name clients reach the container by (compose: its service name)")
+    cc.set_defaults(handler=_container_config)
     lg = ksub.add_parser("logs", help="the broker's log")
     lg.add_argument("-n", "--lines", type=int, default=100, help="lines to show (100)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
@@ -170,6 +176,17 @@ def _status(args: argparse.Namespace) -> int:
     else:
         _print_status(st)
     return 0 if st.healthy else 1
+
+
+def _container_config(args: argparse.Namespace) -> int:
+    from scheduler.localbroker.container import write_container_files
+
+    s = _settings()
+    credentials = write_container_files(
+        s.kafka_data_dir, version=s.kafka_version, advertised_host=args.advertised_host,
+        port=s.kafka_port, controller_port=s.kafka_controller_port)
+    print(f"wrote the broker's files to {s.kafka_data_dir} (credentials: {credentials})")
+    return 0
 
 
 def _logs(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ Prometheus metrics.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,8 @@ def _once(settings: Any, args: argparse.Namespace, t1: int, t2: int, store: Any,
 def _watch(settings: Any, args: argparse.Namespace, t1: int, store: Any, console: Any) -> int:
     """Reconcile ``[t1, t1 + W)``, then the next window, each once it is closed; never returns but
     by Ctrl-C (130). A window with findings is shown and written to ``--json``; metrics count all."""
+    import signal
+
     from scheduler.cli.worker_cmd import serve_metrics_or_exit
     from scheduler.reconcile.metrics import ReconcileMetrics
     from scheduler.reconcile.report import show, write_json
@@ -116,6 +119,8 @@ def _watch(settings: Any, args: argparse.Namespace, t1: int, store: Any, console
     port = settings.metrics_port + 3 if args.metrics_port is None else args.metrics_port
     serve_metrics_or_exit(settings, metrics.registry, "ksched-reconcile", port)
     console.print(f"reconciling {args.tenant} in {WATCH_WINDOW_S} s windows from {t1}; metrics on :{port}")
+    # SIGTERM (docker stop, a supervisor) exits cleanly: atexit then removes the Prometheus target file.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while True:
             try:

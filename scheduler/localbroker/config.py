@@ -37,6 +37,10 @@ class BrokerConfig:
     node_id: int = 1
     # A cluster's static quorum: (node id, controller port) of every node; empty: one standalone node.
     quorum: tuple[tuple[int, int], ...] = ()
+    # Where the client listener listens and what it advertises. 127.0.0.1 for the embedded broker; a
+    # broker in a container listens on every interface and advertises its service name (container.py).
+    listen_host: str = HOST
+    advertised_host: str = HOST
 
     @property
     def nodes(self) -> int:
@@ -62,6 +66,11 @@ def kafka_uuid() -> str:
             return text
 
 
+def admin_scram(admin_password: str) -> str:
+    """``kafka-storage format --add-scram``'s value: the admin SCRAM user, created at format time."""
+    return f"{MECHANISM}=[name={ADMIN_USER},password={admin_password}]"
+
+
 def server_properties(config: BrokerConfig, log_dir: Path, admin_password: str = "") -> str:
     """The broker's config; it holds ``admin_password``, so the caller writes it mode 0600."""
     p, c, pw = config.port, config.controller_port, admin_password
@@ -83,8 +92,8 @@ def server_properties(config: BrokerConfig, log_dir: Path, admin_password: str =
 process.roles=broker,controller
 node.id={config.node_id}
 {quorum}
-listeners=SASL_PLAINTEXT://{HOST}:{p},CONTROLLER://{HOST}:{c}
-advertised.listeners=SASL_PLAINTEXT://{HOST}:{p},CONTROLLER://{HOST}:{c}
+listeners=SASL_PLAINTEXT://{config.listen_host}:{p},CONTROLLER://{HOST}:{c}
+advertised.listeners=SASL_PLAINTEXT://{config.advertised_host}:{p},CONTROLLER://{HOST}:{c}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=SASL_PLAINTEXT
 listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT

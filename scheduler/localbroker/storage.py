@@ -20,9 +20,9 @@ from scheduler.kafka.credentials import ensure_user, write_secret_file
 from scheduler.localbroker.config import (
     ADMIN_USER,
     AUTH_MARKER,
-    MECHANISM,
     TOOLS_LOG4J2,
     BrokerConfig,
+    admin_scram,
     kafka_uuid,
     log4j2_properties,
     server_properties,
@@ -111,7 +111,7 @@ class DataDir:
         One node formats as a standalone controller; a cluster's nodes are formatted with the same
         cluster id and no ``--standalone``: their static quorum is in ``server.properties``."""
         cluster_id = cluster_id or kafka_uuid()
-        scram = f"{MECHANISM}=[name={ADMIN_USER},password={self.admin_password()}]"
+        scram = admin_scram(self.admin_password())
         standalone = [] if self.config.quorum else ["--standalone"]
         self._run_tool(
             java, libs, "format", *standalone, "-t", cluster_id, "-c", str(self.server_properties),

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from scheduler.processor.shard import Shard, TickOutput
+from scheduler.tenants import QUOTAS, Tenant
 from scheduler.vocabulary import Lane
 
 _LANES = tuple(lane.name for lane in Lane)
@@ -202,6 +206,26 @@ class ProcessorMetrics:
             counts = shard.upcoming(int(clock), tuple(h for _, h in UPCOMING))
             for (within, _), n in zip(UPCOMING, counts, strict=True):
                 self.upcoming.labels(shard=p, within=within).set(n)
+
+
+class TenantQuotas(Collector):
+    """``ksched_tenant_quota{tenant, quota}``: each registered tenant's quotas, read from the live
+    registry at scrape time (the dashboard's "emission vs quota"). Labels are bounded: the
+    registry's tenants and the quota field names, whose suffix is the unit (_per_s, _per_min, a count)."""
+
+    def __init__(self, tenants: Mapping[str, Tenant]) -> None:
+        self.tenants = tenants
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "ksched_tenant_quota",
+            "a tenant's quota from the registry, in the unit its name ends with; 0: no limit",
+            labels=["tenant", "quota"],
+        )
+        for name, tenant in list(self.tenants.items()):  # a copy: the registry thread replaces entries
+            for quota in QUOTAS:
+                family.add_metric([name, quota], float(getattr(tenant, quota)))
+        yield family
 
 
 def _remove(metric: Any, *labels: str) -> None:

@@ -28,7 +28,7 @@ from scheduler.processor.clock_probe import ClockProbe
 from scheduler.processor.failpoints import Failpoint, FailpointHook
 from scheduler.processor.heap import Heap
 from scheduler.processor.inbox import Inbox
-from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.metrics import ProcessorMetrics, TenantQuotas
 from scheduler.processor.ownership import Loss, OwnedShard, Ownership
 from scheduler.processor.quota_feed import QuotaFeed, demand_key
 from scheduler.settings import Settings
@@ -68,6 +68,7 @@ class Processor:
         self.instance_id = instance_id or f"{os.uname().nodename}-{os.getpid()}"
         self.tick_budget = settings.tick_budget if tick_budget is None else tick_budget
         self.metrics = metrics or ProcessorMetrics()
+        self.metrics.registry.register(TenantQuotas(self.tenants))
         self.metrics.shards.set(settings.partitions)
         self.clock = clock
         self.failpoint: FailpointHook = Failpoint.from_env()  # read at each tick: tests may replace it
