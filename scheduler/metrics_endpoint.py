@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from scheduler.settings import Settings
 
 #: The job label of each process kind (the alert rules and the dashboard select on it).
-JOBS = ("ksched-processor", "ksched-worker", "ksched-history", "ksched-reconcile")
+JOBS = ("ksched-processor", "ksched-worker", "ksched-history", "ksched-reconcile", "ksched-api")
 
 
 class MetricsPortError(OSError):
