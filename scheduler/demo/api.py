@@ -35,8 +35,10 @@ def api_url(settings: Settings) -> str:
     return f"http://127.0.0.1:{settings.api_port}"
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> str | None:
-    """None once ``url``/readyz answers 200; else why not (the process exited, or the last
+def wait_ready(
+    url: str, proc: subprocess.Popen[bytes], timeout_s: float, path: str = "/readyz"
+) -> str | None:
+    """None once ``url`` + ``path`` answers 200; else why not (the process exited, or the last
     answer when ``timeout_s`` ran out)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
@@ -44,7 +46,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> str
         if proc.poll() is not None:
             return f"the API exited with status {proc.returncode}"
         try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+            with urllib.request.urlopen(url + path, timeout=2) as r:
                 if r.status == 200:
                     return None
         except urllib.error.HTTPError as exc:  # 503: which check fails
@@ -52,4 +54,4 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> str
         except OSError as exc:
             last = str(exc)
         time.sleep(0.5)
-    return f"/readyz not ready after {timeout_s:.0f}s: {last}"
+    return f"{path} not ready after {timeout_s:.0f}s: {last}"
