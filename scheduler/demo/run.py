@@ -10,6 +10,7 @@ again reuses them (the one-time job gets a new key per run).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -178,7 +179,15 @@ def _watch(
     console.print(f"demo: logs and the effects database in {folder}")
     end = None if duration_s is None else time.monotonic() + duration_s
     last_print = 0.0
-    interrupted = False
+    interrupted = []
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        # noted before raising: a C call of the view (a Kafka poll) may swallow the exception, and
+        # the children, stopped by the same Ctrl-C, must not then be reported as dying early
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         if live and console.is_terminal:
             with Live(view.render(), console=console, refresh_per_second=2) as screen:
@@ -196,8 +205,9 @@ def _watch(
                 if _dead(children):
                     break
     except KeyboardInterrupt:  # a terminal's Ctrl-C reaches the children too: they stop on their own
-        interrupted = True
+        pass
     finally:
+        signal.signal(signal.SIGINT, previous)
         console.print(f"demo: {view.summary()}")
         view.close()
     dead = _dead(children)
