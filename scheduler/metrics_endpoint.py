@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from scheduler.settings import Settings
 
 #: The job label of each process kind (the alert rules and the dashboard select on it).
-JOBS = ("ksched-processor", "ksched-worker", "ksched-history", "ksched-reconcile")
+JOBS = ("ksched-processor", "ksched-worker", "ksched-history", "ksched-reconcile", "ksched-api")
 #: 1, labelled with the process's namespace and role (its job): a reader of the discovery folder
 #: (``ksched status``) keeps the endpoints of its own namespace (several share one machine).
 PROCESS_INFO = "ksched_process_info"

@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 BENCH_MODULES: tuple[str, ...] = (
-    "timing", "burst", "restore", "purge", "workers", "history", "queries", "reconcile"
+    "timing", "burst", "restore", "purge", "workers", "history", "queries", "reconcile", "api"
 )
 
 

@@ -1,4 +1,5 @@
-"""``ksched demo``: topics, two tenants, a processor, a worker per tenant, sample schedules, live view.
+"""``ksched demo``: topics, two tenants, a processor, a worker per tenant, a history indexer, the
+HTTP API (with a fresh key for the tenant ``demo``), a Prometheus, sample schedules, live view.
 
 Everything the demo registers lives under ``<data dir>/demo`` (its tenant
 registry, logs and the handlers' SQLite database), so the demo never edits
@@ -9,12 +10,14 @@ again reuses them (the one-time job gets a new key per run).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from scheduler.client import SchedulerClient
+from scheduler.demo.api import api_url, demo_api_key, wait_ready
 from scheduler.domain import ScheduleSpec
 from scheduler.prometheus_server import LocalPrometheus, PrometheusError
 from scheduler.settings import Settings, load_settings
@@ -83,10 +86,21 @@ def run_demo(duration_s: float | None = None, live: bool = True) -> int:
         if t not in known:
             add_tenant(registry, Tenant(name=t, max_running=8))
     apply_all()
+    key = demo_api_key(settings, TENANTS[0])
     prometheus = _start_prometheus(settings, folder)
-    children = _start(folder, env)
+    children = _start(folder, env, settings.api_port)
     try:
         names = _create_schedules(settings)
+        not_ready = wait_ready(api_url(settings), children["api"], 60)
+        if not_ready:
+            print(f"demo: the API does not answer yet ({not_ready}); see {folder / 'api.log'}")
+        print(f"demo: HTTP API at {api_url(settings)} (docs: {api_url(settings)}/docs)")
+        print(f"demo: API key of tenant {TENANTS[0]} (shown once, only its hash is kept): {key}")
+        if prometheus is not None:
+            print(f"demo: Prometheus at {prometheus.url} (alerts: {prometheus.url}/alerts), scraping "
+                  f"{prometheus.targets_dir}")
+        print(f"demo: try it: curl -H 'Authorization: Bearer {key}' {api_url(settings)}/v1/schedules",
+              flush=True)
         return _watch(settings, names, children, duration_s, live, folder)
     finally:
         stop_all(children.values(), 20)
@@ -103,11 +117,10 @@ def _start_prometheus(settings: Settings, folder: Path) -> LocalPrometheus | Non
     except PrometheusError as exc:
         print(f"demo: no Prometheus: {exc}")
         return None
-    print(f"demo: Prometheus at {prom.url} (alerts: {prom.url}/alerts), scraping {prom.targets_dir}")
     return prom
 
 
-def _start(folder: Path, env: dict[str, str]) -> dict[str, subprocess.Popen[bytes]]:
+def _start(folder: Path, env: dict[str, str], api_port: int) -> dict[str, subprocess.Popen[bytes]]:
     ksched = [sys.executable, "-m", "scheduler"]
     cmds = {
         # --metrics-port 0: any free port, registered for the demo's Prometheus (metrics_endpoint.py)
@@ -130,6 +143,7 @@ def _start(folder: Path, env: dict[str, str]) -> dict[str, subprocess.Popen[byte
             ]
             for t in TENANTS
         },
+        "api": [*ksched, "api", "--port", str(api_port)],  # its /metrics registers as ksched-api
     }
     children = {}
     for name, cmd in cmds.items():
@@ -165,6 +179,15 @@ def _watch(
     console.print(f"demo: logs and the effects database in {folder}")
     end = None if duration_s is None else time.monotonic() + duration_s
     last_print = 0.0
+    interrupted = []
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        # noted before raising: a C call of the view (a Kafka poll) may swallow the exception, and
+        # the children, stopped by the same Ctrl-C, must not then be reported as dying early
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         if live and console.is_terminal:
             with Live(view.render(), console=console, refresh_per_second=2) as screen:
@@ -181,13 +204,14 @@ def _watch(
                     last_print = time.monotonic()
                 if _dead(children):
                     break
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a terminal's Ctrl-C reaches the children too: they stop on their own
         pass
     finally:
+        signal.signal(signal.SIGINT, previous)
         console.print(f"demo: {view.summary()}")
         view.close()
     dead = _dead(children)
-    if dead:
+    if dead and not interrupted:
         console.print(f"demo: {', '.join(dead)} exited early; see its log in {folder}")
         return 1
     return 0

@@ -1,0 +1,198 @@
+"""``ksched bench api``: creates and describes through the HTTP API at N concurrent clients.
+
+In a fresh namespace: a processor, a history indexer and one ``ksched api`` process (the tenant's
+request rate unlimited: the limiter is not what is measured). An asyncio client (httpx, one
+connection per client) first sends ``--creates`` creates (``POST /v1/schedules``, each timed from
+the request to its 201: the processor's round trip included), then, once the history store has
+indexed them, ``--describes`` describes (``GET /v1/schedules/{id}``) of random created ones. The
+client runs on the same machine: its CPU is counted in the load average reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+BODY = {"kind": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "handler": "report"}
+TENANT = "ba"
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "api", help="creates/s and create/describe latency through the HTTP API"
+    )
+    p.add_argument("--creates", type=int, default=5000)
+    p.add_argument("--describes", type=int, default=2000)
+    p.add_argument("--clients", type=int, default=64, help="concurrent HTTP clients (default 64)")
+    p.add_argument("--json", dest="json_file", default="bench-out/api.json")
+    p.set_defaults(handler=_run)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+async def _drive(
+    clients: int, n: int, call: Callable[[Any, int], Awaitable[int]], base: str, key: str
+) -> tuple[list[float], dict[int, int], float]:
+    """``n`` calls spread over ``clients`` connections: (sorted latencies of the successes,
+    count by status, wall seconds)."""
+    import httpx
+
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    todo = iter(range(n))
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def client() -> None:
+        limits = httpx.Limits(max_connections=1)
+        async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) as c:
+            for i in todo:
+                t0 = time.perf_counter()
+                status = await call(c, i)
+                dt = time.perf_counter() - t0
+                statuses[status] = statuses.get(status, 0) + 1
+                if status < 300:
+                    latencies.append(dt)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return sorted(latencies), statuses, time.perf_counter() - t0
+
+
+def _start(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "scheduler", *args], env=env)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from scheduler.bench.common import bench_namespace, report, start_processor, wait_restored
+    from scheduler.demo.api import wait_ready
+    from scheduler.subprocesses import stop_all
+    from scheduler.tenant_admin import create_api_key, current
+    from scheduler.tenants import Tenant
+
+    api_port, metrics_port = _free_port(), _free_port()
+    space = bench_namespace(
+        [Tenant(name=TENANT, max_schedules=2 * args.creates + 1000)], KSCHED_API_RATE_PER_S="0"
+    )
+    env = {**space.env, "KSCHED_HISTORY_DSN": f"sqlite:///{space.folder / 'history.db'}"}
+    table = current(space.settings)
+    key, _ = create_api_key(space.settings, table, table.target[TENANT], "bench")
+    procs = [
+        start_processor(env, metrics_port),
+        _start(env, "history", "--no-metrics", "--log-level", "WARNING"),
+        api := _start(env, "api", "--port", str(api_port)),
+    ]
+    base = f"http://127.0.0.1:{api_port}"
+    try:
+        if wait_restored(metrics_port, space.settings.partitions, 120) is None:
+            print("bench api: the processor did not restore within 120 s", file=sys.stderr)
+            return 1
+        # /healthz: /readyz waits for the history store to hold something of the namespace
+        not_ready = wait_ready(base, api, 120, "/healthz")
+        if not_ready:
+            print(f"bench api: {not_ready}", file=sys.stderr)
+            return 1
+        cpu = _CpuMeter({"api": api.pid, "processor": procs[0].pid, "history": procs[1].pid,
+                         "client": os.getpid()})
+        out = asyncio.run(_measure(base, key, args, cpu))
+    finally:
+        stop_all(procs)
+        space.close()
+    out["load_average_1m_after"] = round(os.getloadavg()[0], 2)
+    report(out, args.json_file)
+    return 0 if out["create_non_2xx"] == 0 and out["describe_non_2xx"] == 0 else 1
+
+
+class _CpuMeter:
+    """CPU seconds (user + system) each process spent between :meth:`mark` and :meth:`per`: on a
+    shared machine the figure that does not depend on the other tenants of the CPUs."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        import psutil
+
+        self._procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self._at: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        return {name: sum(p.cpu_times()[:2]) for name, p in self._procs.items()}
+
+    def mark(self) -> None:
+        self._at = self._now()
+
+    def per(self, n: int, what: str) -> dict[str, float]:
+        """CPU milliseconds per ``what`` (``n`` of them) of each process since :meth:`mark`."""
+        now = self._now()
+        return {f"{name}_cpu_ms_per_{what}": round(1000 * (now[name] - self._at[name]) / max(1, n), 3)
+                for name in now}
+
+
+async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter) -> dict[str, Any]:
+    import httpx
+
+    ids: list[str] = []
+
+    async def create(c: httpx.AsyncClient, i: int) -> int:
+        r = await c.post("/v1/schedules", json=BODY)
+        if r.status_code == 201:
+            ids.append(r.json()["schedule_id"])
+        return r.status_code
+
+    async def describe(c: httpx.AsyncClient, i: int) -> int:
+        return (await c.get(f"/v1/schedules/{random.choice(ids)}")).status_code
+
+    await _drive(args.clients, args.clients, create, base, key)  # warm-up: connections, topics
+    load_before = os.getloadavg()[0]
+    cpu.mark()
+    created, c_status, c_wall = await _drive(args.clients, args.creates, create, base, key)
+    cpu_creates = cpu.per(args.creates, "create")
+    await _indexed(base, key, ids[-1])
+    cpu.mark()
+    described, d_status, d_wall = await _drive(args.clients, args.describes, describe, base, key)
+    cpu_describes = cpu.per(args.describes, "describe")
+    return {
+        "clients": args.clients,
+        "creates": args.creates,
+        "rate_per_s": round(len(created) / c_wall, 1),
+        "p50_s": _pct(created, 0.5),
+        "p99_s": _pct(created, 0.99),
+        "max_s": created[-1] if created else float("nan"),
+        "create_non_2xx": sum(n for s, n in c_status.items() if s >= 300),
+        "create_statuses": {str(s): n for s, n in sorted(c_status.items())},
+        "describes": args.describes,
+        "describe_rate_per_s": round(len(described) / d_wall, 1),
+        "describe_p50_s": _pct(described, 0.5),
+        "describe_p99_s": _pct(described, 0.99),
+        "describe_non_2xx": sum(n for s, n in d_status.items() if s >= 300),
+        **cpu_creates,
+        **cpu_describes,
+        "load_average_1m_before": round(load_before, 2),
+        "cpus": os.cpu_count() or 0,
+    }
+
+
+async def _indexed(base: str, key: str, sid: str, timeout_s: float = 120) -> None:
+    """Until the history store answers for ``sid`` (the describes measure reads, not lag)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
+        while (await c.get(f"/v1/schedules/{sid}")).status_code != 200:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"schedule {sid} not in the history store after {timeout_s}s")
+            await asyncio.sleep(0.5)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
