@@ -266,6 +266,7 @@ def test_a_reader_waits_for_its_own_change_and_names_a_lagging_indexer(tmp_path:
         writer.apply("g", batch_of([history("acme", "p1", 1, "CREATE", "ACTIVE", SF)]), {})
         with pytest.raises(HistoryNotIndexed, match="has indexed nothing of namespace 'ns'"):
             reader.schedule("acme", "p1")  # rows, but no offsets of a topic of this namespace
+        assert reader.open() is not None  # yet it answers: what the API's /readyz asks
         writer.apply("g", Batch(), {("ns.schedule-history", 0): 1})
         assert (s := reader.schedule("acme", "p1")) is not None and s.state == "ACTIVE"
         reader.noted("acme", "p1", 1, "pause")  # this process's PAUSE was accepted, not yet indexed

@@ -148,8 +148,8 @@ def _ops(app: FastAPI) -> None:
     def readyz(request: Request) -> Any:
         svc = services(request)
         checks = {"broker": "ok" if svc.router.brokers_reachable() else "no answer to a metadata request"}
-        try:
-            svc.router.history.store()
+        try:  # reachable is ready: a store no indexer has fed yet (a new namespace) still answers
+            svc.router.history.open()
             checks["history_store"] = "ok"
         except Exception as exc:  # any failure: not ready, and say why
             checks["history_store"] = str(exc)

@@ -46,6 +46,10 @@ from scheduler.settings import Settings
 _POLL_S = 0.05
 
 
+_FIX = ("run `ksched history` (it indexes into the store of the setting history_dsn), or set "
+        "history_dsn (KSCHED_HISTORY_DSN) to the store your indexer writes")
+
+
 class HistoryReader:
     """One process's reads of the history store of ``settings`` (opened on first use).
 
@@ -83,13 +87,24 @@ class HistoryReader:
     def store(self) -> HistoryStore:
         """The open store; :class:`HistoryNotIndexed` until an indexer has fed it for this namespace,
         :class:`HistoryUnavailable` when it cannot be opened."""
-        fix = ("run `ksched history` (it indexes into the store of the setting history_dsn), or set "
-               "history_dsn (KSCHED_HISTORY_DSN) to the store your indexer writes")
+        store = self.open()
+        if not self._fed:
+            self._fed = store.indexed(self.settings.namespace)
+            if not self._fed:
+                raise HistoryNotIndexed(
+                    f"the history store ({self.where}) has indexed nothing of namespace "
+                    f"{self.settings.namespace!r}: {_FIX}")
+        return store
+
+    def open(self) -> HistoryStore:
+        """The store, opened read-only (whether or not it was fed yet: a readiness check's question);
+        :class:`HistoryNotIndexed` when the default SQLite file does not exist yet,
+        :class:`HistoryUnavailable` when it cannot be opened."""
         store = self._store
         if store is None:
             path = sqlite_path(self.settings.history_dsn, self.settings.history_default_sqlite)
             if path is not None and not Path(path).is_file():
-                raise HistoryNotIndexed(f"no history store ({self.where}: no such file): {fix}")
+                raise HistoryNotIndexed(f"no history store ({self.where}: no such file): {_FIX}")
             try:
                 store = open_store(self.settings.history_dsn, self.settings.history_default_sqlite,
                                    read_only=True)
@@ -97,12 +112,6 @@ class HistoryReader:
                 raise HistoryUnavailable(f"the history store ({self.where}) cannot be opened: {exc}") \
                     from None
             self._store = store
-        if not self._fed:
-            self._fed = store.indexed(self.settings.namespace)
-            if not self._fed:
-                raise HistoryNotIndexed(
-                    f"the history store ({self.where}) has indexed nothing of namespace "
-                    f"{self.settings.namespace!r}: {fix}")
         return store
 
     def noted(self, tenant: str, schedule_id: str, version: int, request_id: str | None) -> None:
