@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from scheduler.metrics_endpoint import PROCESS_INFO
 from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.reconcile.metrics import ReconcileMetrics
 from scheduler.status.scrape import figures, targets
 
 
@@ -52,3 +53,20 @@ def test_no_observation_is_no_figure_and_a_missing_folder_no_target(tmp_path: Pa
     text, _ = _exposition("ns", [])
     assert figures([text], "ns").tenants["acme"].lag_p99_s is None
     assert targets(tmp_path / "absent") == []
+
+
+def test_the_reconcilers_window_and_gaps_are_read_per_tenant() -> None:
+    registry = CollectorRegistry()
+    info = Gauge(PROCESS_INFO, "info", ["namespace", "role"], registry=registry)
+    info.labels("ns", "ksched-reconcile").set(1)
+    m = ReconcileMetrics(registry)
+    m.last_closed.labels(tenant="acme").set(1_900_000_060)
+    m.gaps.labels(tenant="acme").inc(3)
+    m.last_closed.labels(tenant="quiet").set(1_900_000_000)
+    m.gaps.labels(tenant="quiet")  # a series at 0
+    processor, _ = _exposition("ns", [0.05])
+    f = figures([generate_latest(registry).decode(), processor], "ns")
+    assert f.endpoints == 1  # processors only: the reconciler is not one
+    assert (f.tenants["acme"].reconciled_to_s, f.tenants["acme"].gaps) == (1_900_000_060, 3)
+    assert (f.tenants["quiet"].reconciled_to_s, f.tenants["quiet"].gaps) == (1_900_000_000, 0)
+    assert f.tenants["acme"].emitted == 1

@@ -69,6 +69,8 @@ class TenantFigures:
     missed: int = 0
     throttled: int = 0
     lag_p99_s: float | None = None
+    reconciled_to_s: float | None = None  # the end of the reconciler's last closed window (epoch s)
+    gaps: int | None = None  # expected occurrences the reconciler found no record of (None: no reconciler)
 
 
 @dataclass(frozen=True, kw_only=True)

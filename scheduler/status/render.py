@@ -41,13 +41,17 @@ def render(view: StatusView) -> Group:
     tenants = Table(title="tenants (offsets, transaction markers count; figures since the processors "
                           "started)", title_justify="left")
     for col in ("tenant", "state", "dispatched", "worker lag", "workers", "DLQ", "emitted", "missed",
-                "throttled", "lag p99 s"):
+                "throttled", "lag p99 s", "reconciled s ago", "gaps"):
         tenants.add_column(col, justify="left" if col in ("tenant", "state") else "right")
     for t in view.tenants:
         tf = f.tenants.get(t.name)
         counts = ("-", "-", "-") if tf is None else (str(tf.emitted), str(tf.missed), str(tf.throttled))
+        upto = tf.reconciled_to_s if tf else None
+        gaps = tf.gaps if tf else None
         tenants.add_row(t.name, t.state, str(t.dispatch_offsets), str(t.worker_lag), str(t.workers),
-                        str(t.dlq_offsets), *counts, _s(tf.lag_p99_s if tf else None))
+                        str(t.dlq_offsets), *counts, _s(tf.lag_p99_s if tf else None),
+                        "-" if upto is None else _s(now / 1000 - upto),
+                        Text(_n(gaps), style="bold red") if gaps else _n(gaps))
     found = problems(view)
     if found:
         verdict = Text("\n".join(f"✗ {p}" for p in found), style="bold red")

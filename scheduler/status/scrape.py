@@ -24,6 +24,7 @@ from scheduler.metrics_endpoint import PROCESS_INFO, sweep
 from scheduler.status.model import Figures, TenantFigures
 
 PROCESSOR_ROLE = "ksched-processor"
+RECONCILE_ROLE = "ksched-reconcile"  # `ksched reconcile --watch`: its windows and gaps per tenant
 
 
 def targets(folder: Path) -> list[str]:
@@ -71,17 +72,29 @@ def _quantile(q: float, buckets: dict[float, float]) -> float | None:
 
 
 def figures(texts: Iterable[str], namespace: str) -> Figures:
-    """Sum the expositions of ``namespace``'s processors among ``texts`` (others are ignored)."""
+    """Sum the expositions of ``namespace``'s processors and reconcilers among ``texts`` (others are
+    ignored)."""
     due_1m: dict[int, int] = {}
     due_1h: dict[int, int] = {}
     restoring: dict[int, float] = {}
     counts: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     lag: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    reconciled: dict[str, float] = {}
+    gaps: dict[str, float] = defaultdict(float)
     endpoints = 0
     for text in texts:
         samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-        if not any(s.name == PROCESS_INFO and s.labels.get("namespace") == namespace
-                   and s.labels.get("role") == PROCESSOR_ROLE for s in samples):
+        role = next((s.labels.get("role") for s in samples
+                     if s.name == PROCESS_INFO and s.labels.get("namespace") == namespace), None)
+        if role == RECONCILE_ROLE:
+            for s in samples:
+                if s.name == "ksched_reconcile_last_window_end_timestamp_seconds":
+                    t = s.labels["tenant"]
+                    reconciled[t] = max(reconciled.get(t, 0.0), s.value)
+                elif s.name == "ksched_reconcile_gaps_total":
+                    gaps[s.labels["tenant"]] += s.value
+            continue
+        if role != PROCESSOR_ROLE:
             continue
         endpoints += 1
         for s in samples:
@@ -99,8 +112,9 @@ def figures(texts: Iterable[str], namespace: str) -> Figures:
         t: TenantFigures(
             emitted=int(counts[t]["ksched_emitted_total"]), missed=int(counts[t]["ksched_missed_total"]),
             throttled=int(counts[t]["ksched_throttled_total"]), lag_p99_s=_quantile(0.99, lag[t]),
+            reconciled_to_s=reconciled.get(t), gaps=int(gaps[t]) if t in gaps or t in reconciled else None,
         )
-        for t in sorted(set(counts) | set(lag))
+        for t in sorted(set(counts) | set(lag) | set(reconciled) | set(gaps))
     }
     return Figures(endpoints=endpoints, due_1m=due_1m, due_1h=due_1h, restoring_since=restoring,
                    tenants=tenants)
