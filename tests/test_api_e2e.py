@@ -101,7 +101,20 @@ def ready(api: Api, capsys: pytest.CaptureFixture[str]) -> Api:
             _until(
                 f"{t}'s key in the index", lambda t=t: api.svc.keys.checker.tenant_of(api.keys[t]) == t, 30
             )
+    # Reads answer 503 until an indexer has fed the store for this namespace (documented): wait for it,
+    # or the fuzzer's first list meets that 503 and takes it for a server error.
+    _until("the indexer feeding the store", lambda: _fed(api.svc.router.history), 60)
     return api
+
+
+def _fed(reader: Any) -> bool:
+    from scheduler.client import HistoryNotIndexed
+
+    try:
+        reader.store()
+    except HistoryNotIndexed:
+        return False
+    return True
 
 
 def _spec(**kw: Any) -> dict[str, Any]:

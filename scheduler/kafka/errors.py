@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 FIX_CREDENTIALS = (
     "check KSCHED_SASL_USERNAME / KSCHED_SASL_PASSWORD or the credentials file (KSCHED_CREDENTIALS_FILE); "
@@ -76,3 +76,17 @@ def auth_error_cb(who: str) -> Callable[[KafkaError], None]:
             )
 
     return on_error
+
+
+def kafka_error(exc: BaseException) -> KafkaException | None:
+    """``exc`` as the KafkaException it is or hides; None for any other error.
+
+    It hides one when a Python delivery callback ran while a fatal producer error was pending
+    (seen in flush() and commit_transaction() of a fenced transactional producer): the callback's
+    first C call raises ``SystemError`` ("returned a result with an exception set") chained to it.
+    """
+    if isinstance(exc, KafkaException):
+        return exc
+    if isinstance(exc, SystemError) and isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    return None

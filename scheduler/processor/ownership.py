@@ -35,7 +35,6 @@ Give up (revoked, lost, a failed tick, a fenced producer, a record that hit a bu
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import time
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from scheduler.kafka.clients import transactional_producer
+from scheduler.kafka.errors import kafka_error
 from scheduler.principals import as_processor
 from scheduler.processor.heap import Heap
 from scheduler.processor.metrics import ProcessorMetrics
@@ -244,8 +244,11 @@ class Ownership:
             self._restore({p: owned.producer}, time.monotonic())
             self._resume(p)
             return
-        with contextlib.suppress(KafkaException):
+        try:
             owned.producer.flush(5)
+        except (KafkaException, SystemError) as exc:  # a fenced producer's last deliveries failing
+            if kafka_error(exc) is None:
+                raise
         log.info("shard %d: dropped", p)
         if why is Loss.ABORT_FAILED or (why is Loss.FENCED and self._assigned(p)):
             # Never re-initialise here: a new init_transactions would fence the shard's rightful

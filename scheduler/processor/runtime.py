@@ -21,6 +21,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from scheduler.kafka.clients import consumer_config
+from scheduler.kafka.errors import kafka_error
 from scheduler.principals import as_processor
 from scheduler.processor import wire
 from scheduler.processor.checkpoint import Checkpoint, Checkpoints
@@ -238,8 +239,11 @@ class Processor:
                 cp.quota_demand(self.quotas.topic, demand_key(p), demand)
             cp.send_offsets(self.consumer)  # 4
             return cp if cp.commit() else None  # 5
-        except KafkaException as exc:
-            self.ownership.give_up(owned.partition.partition, cp.fail(exc))
+        except (KafkaException, SystemError) as exc:
+            err = kafka_error(exc)  # the clock probe's callback may turn a fencing into SystemError
+            if err is None:
+                raise
+            self.ownership.give_up(owned.partition.partition, cp.fail(err))
             return None
 
     def _join(self, cp: Checkpoint) -> None:
@@ -248,8 +252,11 @@ class Processor:
         owned = cp.owned
         try:
             cp.join()
-        except KafkaException as exc:
-            self.ownership.give_up(owned.partition.partition, cp.fail(exc))
+        except (KafkaException, SystemError) as exc:
+            err = kafka_error(exc)
+            if err is None:
+                raise
+            self.ownership.give_up(owned.partition.partition, cp.fail(err))
             return
         self.metrics.transaction_seconds.observe(time.monotonic() - cp.started)
         self._count_events(cp.events)
