@@ -27,6 +27,7 @@ from test_prometheus_rules import promtool
 from scheduler.domain import ScheduleSpec
 from scheduler.prometheus_server import LocalPrometheus, scaled_rules
 from scheduler.settings import Settings
+from scheduler.status.scrape import windowed_lag_p99
 from scheduler.subprocesses import stop_all
 from scheduler.tenants import Tenant, add_tenant
 
@@ -162,6 +163,9 @@ def test_a_prometheus_on_the_targets_folder_scrapes_every_process(stack: Stack, 
             time.sleep(1)
         rules = [r["name"] for g in prom.api("rules")["groups"] for r in g["rules"]]
         assert "KschedStrictLagHigh" in rules and "KschedWorkersNotStarting" in rules
+        # ksched status's windowed lag query is valid PromQL on this Prometheus (its answer: a dict)
+        assert windowed_lag_p99(prom.url, stack.settings.namespace) is not None
+        assert windowed_lag_p99("http://127.0.0.1:1", stack.settings.namespace) is None  # nobody there
 
 
 @pytest.mark.slow

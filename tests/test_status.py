@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -45,6 +46,14 @@ def test_a_healthy_view_has_no_problem_and_its_lags_are_reported() -> None:
     data = to_json(v)
     assert data["shards"][0]["watermark_lag_s"] == pytest.approx(0.4)
     assert data["shards"][0]["commit_age_s"] == pytest.approx(0.3) and data["problems"] == []
+
+
+def test_a_tenant_over_the_lag_slo_in_the_last_five_minutes_is_named() -> None:
+    view = _view(ShardView(shard=0, owner="p", watermark_ms=NOW, updated_at_ms=NOW))
+    assert problems(view) == []
+    late = replace(view, lag_p99_5m={"acme": 6.2, "calm": 0.4})
+    [found] = problems(late)
+    assert found.startswith("tenant acme: strict lag p99 over the last 5 minutes is 6.2 s (SLO 5 s)")
 
 
 def test_an_unowned_or_late_shard_is_named_with_the_fix() -> None:

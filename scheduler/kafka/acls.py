@@ -69,7 +69,11 @@ def create_acls(admin: AdminClient, bindings: Iterable[BindingLike], timeout_s: 
 
 
 def delete_principal_acls(admin: AdminClient, principal: str, timeout_s: float = 30) -> int:
-    """Delete every ACL of ``principal`` (``User:NAME``); returns how many were deleted."""
+    """Delete every ACL of ``principal`` (``User:NAME``); returns how many were deleted.
+
+    Returns once the broker answering ``describe_acls`` no longer lists any: the controller
+    acknowledges a deletion before the brokers' authorizers apply it, and until then the principal
+    is still let in (a test that revoked and tried at once saw its request accepted under load)."""
     # None matches any name and host (confluent-kafka's documented filter; its stubs say str).
     flt = AclBindingFilter("ANY", None, "ANY", principal, None, "ANY", "ANY")  # type: ignore[arg-type]
     deleted = 0
@@ -78,6 +82,14 @@ def delete_principal_acls(admin: AdminClient, principal: str, timeout_s: float =
             deleted += len(fut.result(timeout_s))
         except KafkaException as exc:
             raise AdminError(f"delete the ACLs of {principal}: {exc.args[0]}") from None
+    deadline = time.monotonic() + timeout_s
+    while deleted and time.monotonic() < deadline:
+        try:
+            if not admin.describe_acls(flt, request_timeout=timeout_s).result(timeout_s):
+                break
+        except KafkaException:
+            pass  # asked again: the deletion itself was acknowledged
+        time.sleep(0.1)
     return deleted
 
 

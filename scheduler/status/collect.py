@@ -9,7 +9,9 @@ What it asks, and of whom (no private side channel):
 4. the tenant registry; the end offsets of every tenant's dispatch and DLQ partitions (one
    ``list_offsets`` per end), then per tenant its worker group's committed offsets and members;
 5. the namespace's processors' own /metrics, found in the discovery folder
-   (:mod:`scheduler.status.scrape`): due backlog and restores per shard, figures per tenant.
+   (:mod:`scheduler.status.scrape`): due backlog and restores per shard, figures per tenant;
+6. Prometheus (setting ``prometheus_url``), when it answers: each tenant's strict lag p99 over
+   the last 5 minutes, the window the verdict needs (the processes' counters have none).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from scheduler.principals import as_admin
 from scheduler.records import ShardState, decode
 from scheduler.settings import Settings
 from scheduler.status.model import ProcessorView, ShardView, StatusView, TenantView
-from scheduler.status.scrape import scrape
+from scheduler.status.scrape import scrape, windowed_lag_p99
 from scheduler.tenant_registry import read_registry
 from scheduler.topology import topic_name
 
@@ -61,6 +63,7 @@ def collect(settings: Settings) -> StatusView:
         processors=processors, shards=shards, tenants=tenants, taken_at_ms=int(time.time() * 1000),
         prometheus=settings.prometheus_link,
         figures=scrape(settings.prometheus_targets_dir, settings.namespace),  # 5
+        lag_p99_5m=windowed_lag_p99(settings.prometheus_link, settings.namespace),  # 6
     )
 
 

@@ -13,6 +13,8 @@ from typing import Any
 # A shard ticks every few hundred ms, so a healthy watermark trails the clock by well under a
 # second; past this, its occurrences are late beyond the SLO (DESIGN.md §7: p99 <= 5 s).
 WATERMARK_LAG_LIMIT_S = 10.0
+# DESIGN.md §7: strict occurrences p99 <= 5 s after their scheduled time, judged over 5 minutes.
+LAG_SLO_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +98,8 @@ class StatusView:
     taken_at_ms: int
     prometheus: str = ""  # where the metrics and alerts are (setting prometheus_url)
     figures: Figures = field(default_factory=lambda: Figures())  # the processors' own /metrics
+    # Each tenant's strict lag p99 over the last 5 minutes, from Prometheus; None: it did not answer.
+    lag_p99_5m: dict[str, float] | None = None
 
 
 def problems(view: StatusView) -> list[str]:
@@ -112,6 +116,11 @@ def problems(view: StatusView) -> list[str]:
             out.append(f"shard {s.shard} (owner {s.owner}) is {lag:.1f} s behind the clock (limit "
                        f"{WATERMARK_LAG_LIMIT_S:g} s): its occurrences are late; check the processor's "
                        "load and logs")
+    for tenant, lag in sorted((view.lag_p99_5m or {}).items()):
+        if lag > LAG_SLO_S:
+            out.append(f"tenant {tenant}: strict lag p99 over the last 5 minutes is {lag:.1f} s (SLO "
+                       f"{LAG_SLO_S:g} s): check the shards' watermark lag above, the processors' load, "
+                       "and whether the tenant is throttled by its quota")
     return out
 
 

@@ -22,6 +22,8 @@ def render(view: StatusView) -> Group:
     head = Text(f"ksched {view.namespace} on {view.bootstrap} — brokers: {', '.join(view.brokers) or 'none'}")
     if view.prometheus:
         head.append(f"\nmetrics and alerts: {view.prometheus}/alerts (setting prometheus_url)")
+        if view.lag_p99_5m is None:
+            head.append(" — not answering: the 5-minute lag p99 is not judged")
     procs = Table(title="processors (group members)", title_justify="left")
     for col in ("client id", "host", "shards"):
         procs.add_column(col)
@@ -41,7 +43,7 @@ def render(view: StatusView) -> Group:
     tenants = Table(title="tenants (offsets, transaction markers count; figures since the processors "
                           "started)", title_justify="left")
     for col in ("tenant", "state", "dispatched", "worker lag", "workers", "DLQ", "emitted", "missed",
-                "throttled", "lag p99 s", "reconciled s ago", "gaps"):
+                "throttled", "lag p99 s", "p99 5m s", "reconciled s ago", "gaps"):
         tenants.add_column(col, justify="left" if col in ("tenant", "state") else "right")
     for t in view.tenants:
         tf = f.tenants.get(t.name)
@@ -50,6 +52,7 @@ def render(view: StatusView) -> Group:
         gaps = tf.gaps if tf else None
         tenants.add_row(t.name, t.state, str(t.dispatch_offsets), str(t.worker_lag), str(t.workers),
                         str(t.dlq_offsets), *counts, _s(tf.lag_p99_s if tf else None),
+                        _s((view.lag_p99_5m or {}).get(t.name)),
                         "-" if upto is None else _s(now / 1000 - upto),
                         Text(_n(gaps), style="bold red") if gaps else _n(gaps))
     found = problems(view)

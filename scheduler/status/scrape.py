@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.parse
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable
@@ -118,3 +119,30 @@ def figures(texts: Iterable[str], namespace: str) -> Figures:
     }
     return Figures(endpoints=endpoints, due_1m=due_1m, due_1h=due_1h, restoring_since=restoring,
                    tenants=tenants)
+
+
+def lag_p99_query(namespace: str, window: str = "5m") -> str:
+    """PromQL: each tenant's strict-lane lag p99 over ``window``, from ``namespace``'s processors
+    only (joined on their ``ksched_process_info``)."""
+    info = f'{PROCESS_INFO}{{namespace="{namespace}",role="{PROCESSOR_ROLE}"}}'
+    rate = f'rate(ksched_schedule_lag_seconds_bucket{{lane="STRICT"}}[{window}])'
+    return f"histogram_quantile(0.99, sum by (tenant, le) ({rate} * on(instance) group_left() {info}))"
+
+
+def windowed_lag_p99(prometheus_url: str, namespace: str, timeout_s: float = 2.0) -> dict[str, float] | None:
+    """Each tenant's strict lag p99 over the last 5 minutes, asked of Prometheus; None when it does
+    not answer (no window to judge: status then says so). Tenants without emissions are absent."""
+    query = urllib.parse.urlencode({"query": lag_p99_query(namespace)})
+    try:
+        with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=timeout_s) as resp:
+            data = json.load(resp)
+    except (OSError, ValueError):
+        return None
+    if data.get("status") != "success":
+        raise ValueError(f"Prometheus refused the lag query: {data.get('error', data)}")
+    out = {}
+    for r in data["data"]["result"]:
+        value = float(r["value"][1])
+        if not math.isnan(value):
+            out[str(r["metric"].get("tenant", ""))] = value
+    return out
