@@ -206,9 +206,26 @@ class Indexer:
                 except KafkaException:
                     high = -1  # unknown: not waited for
                 self._ends[(tp.topic, tp.partition)] = high
+        self._record_starts(consumer, [tp for tp in partitions if (tp.topic, tp.partition) not in stored])
         consumer.incremental_assign(partitions)
         if partitions:
             log.info("history: assigned %d partitions (from the database's offsets)", len(partitions))
+
+    def _record_starts(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Store where reading starts for partitions the database holds no offset of (their low
+        watermark), before any record: the store then says this namespace is indexed even while
+        its topics are empty -- readers answer "nothing yet", not "no indexer" (which an indexer
+        of a new namespace would otherwise be until its first record)."""
+        starts: dict[TopicPartitionKey, int] = {}
+        for tp in partitions:
+            try:
+                low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            except KafkaException:
+                continue  # recorded with its first batch instead
+            starts[(tp.topic, tp.partition)] = max(low, 0)
+        if starts:
+            self.writer.submit(Job(Batch(), starts, Batch))
+            self.writer.drain()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.writer.drain()
