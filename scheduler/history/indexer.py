@@ -197,32 +197,32 @@ class Indexer:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.writer.drain()  # the database's offsets must include every batch consumed so far
         stored = self.store.offsets(self.group)
+        starts: dict[TopicPartitionKey, int] = {}
         for tp in partitions:
-            tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
-            self._next[(tp.topic, tp.partition)] = max(tp.offset, 0)
-            if self._until_end:  # one round trip a partition: only a run that stops at the end needs it
-                try:
-                    _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-                except KafkaException:
-                    high = -1  # unknown: not waited for
-                self._ends[(tp.topic, tp.partition)] = high
-        self._record_starts(consumer, [tp for tp in partitions if (tp.topic, tp.partition) not in stored])
+            key = (tp.topic, tp.partition)
+            tp.offset = stored.get(key, OFFSET_BEGINNING)
+            self._next[key] = max(tp.offset, 0)
+            new = key not in stored
+            if not (new or self._until_end):
+                continue  # one round trip a partition: only a new one or a run to the end needs it
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            except KafkaException:
+                low, high = -1, -1  # unknown: not waited for, its start recorded with its first batch
+            if self._until_end:
+                self._ends[key] = high
+            if new and low >= 0:
+                starts[key] = low
+        self._record_starts(starts)
         consumer.incremental_assign(partitions)
         if partitions:
             log.info("history: assigned %d partitions (from the database's offsets)", len(partitions))
 
-    def _record_starts(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _record_starts(self, starts: dict[TopicPartitionKey, int]) -> None:
         """Store where reading starts for partitions the database holds no offset of (their low
         watermark), before any record: the store then says this namespace is indexed even while
         its topics are empty -- readers answer "nothing yet", not "no indexer" (which an indexer
         of a new namespace would otherwise be until its first record)."""
-        starts: dict[TopicPartitionKey, int] = {}
-        for tp in partitions:
-            try:
-                low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            except KafkaException:
-                continue  # recorded with its first batch instead
-            starts[(tp.topic, tp.partition)] = max(low, 0)
         if starts:
             self.writer.submit(Job(Batch(), starts, Batch))
             self.writer.drain()

@@ -133,9 +133,10 @@ class LocalCluster:
     def _wait_members(self, deadline: float) -> None:
         """Wait until the metadata lists every node as a broker (each node answering alone is not enough)."""
         seen: set[int] = set()
+        admin = quiet_admin(self.nodes[0].connection())
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
-                md = quiet_admin(self.nodes[0].connection()).list_topics(timeout=3)
+                md = admin.list_topics(timeout=3)
                 seen = set(md.brokers)
                 if len(seen) == len(self.nodes):
                     return
@@ -166,7 +167,6 @@ class LocalCluster:
             data_dir=self.data_dir, topics=next((s.topics for s in states if s.topics), []),
             healthy=all(s.healthy for s in states), detail=detail,
         )  # fmt: skip
-
 
 
 def for_settings(settings: Settings, nodes: int | None = None) -> LocalBroker | LocalCluster:
