@@ -63,6 +63,13 @@ class Settings:
     lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
     finished_retention_s: int = 7 * 86_400  # COMPLETED / CANCELED schedules kept this long, then purged
     start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
+    # A processor that stops heartbeating loses its shards after this long (docs/operations.md):
+    # part of the failover time a strict occurrence can see. Brokers refuse less than their
+    # group.min.session.timeout.ms (Kafka's default 6000; the embedded broker allows 1000).
+    processor_session_timeout_ms: int = 3000
+    # Each processor keeps warm copies of the shards it does not own (scheduler/processor/standby.py):
+    # a failover then reads only their tail. 0: none (a new owner restores from the start).
+    standby_replicas: int = 1
     metrics_port: int = 9464
     # The address /metrics and the API listen on. 127.0.0.1 everywhere but in a container, where
     # Prometheus and the published ports reach the process from outside (docker/compose.yaml).
@@ -183,6 +190,13 @@ def _validate(s: Settings) -> Settings:
         raise SettingsError(
             f"setting namespace: {s.namespace!r} must be lower-case letters, digits, '-' or '_'"
         )
+    _validate_processor(s)
+    if s.api_rate_per_s < 0:
+        raise SettingsError(f"setting api_rate_per_s: {s.api_rate_per_s} must be 0 (no limit) or more")
+    return s
+
+
+def _validate_processor(s: Settings) -> None:
     if s.prepare_ahead_s < 0:
         raise SettingsError(f"setting prepare_ahead_s: {s.prepare_ahead_s} must be 0 or more")
     if s.lease_s < 1:
@@ -196,13 +210,20 @@ def _validate(s: Settings) -> Settings:
             f"setting start_lease_s: {s.start_lease_s} must be at least 1 (seconds); "
             "set KSCHED_START_LEASE_S to e.g. 300"
         )
-    if s.api_rate_per_s < 0:
-        raise SettingsError(f"setting api_rate_per_s: {s.api_rate_per_s} must be 0 (no limit) or more")
+    if s.processor_session_timeout_ms < 1000:
+        raise SettingsError(
+            f"setting processor_session_timeout_ms: {s.processor_session_timeout_ms} must be at least "
+            "1000; set KSCHED_PROCESSOR_SESSION_TIMEOUT_MS to e.g. 3000"
+        )
+    if s.standby_replicas < 0:
+        raise SettingsError(
+            f"setting standby_replicas: {s.standby_replicas} must be 0 (no warm copies) or more; "
+            "set KSCHED_STANDBY_REPLICAS to 1"
+        )
     if s.tick_budget < 1:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:
         raise SettingsError(f"setting tick_interval_ms: {s.tick_interval_ms} must be positive")
-    return s
 
 
 def load_settings(env: dict[str, str] | None = None, config_file: Path | None = None) -> Settings:

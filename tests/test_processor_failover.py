@@ -58,7 +58,7 @@ from tests.test_processor_e2e import once_at
 
 pytestmark = [pytest.mark.kafka]
 
-SESSION_TIMEOUT_S = 6.0  # the processor's session.timeout.ms (runtime.py)
+SESSION_TIMEOUT_S = 3.0  # the processor's session.timeout.ms (processor_session_timeout_ms)
 
 # Tenants of this module, distinct from test_processor_e2e's ("e2e", "other").
 # Paced (100 dispatches/s per shard): a burst takes seconds to emit. One per variant of the kill test.
@@ -377,6 +377,9 @@ def test_kill_9_mid_burst_the_other_processor_takes_over_exactly_once(
         assert before and after, (len(before), len(after))
         _, members = group_assignment(cluster)
         assert members == {b.client_id: {0, 1, 2, 3}}
+        # Standby shards: b took the victim's shards from its warm copies (their tail only).
+        for p in victim_parts:
+            assert re.search(rf"shard {p}: warm copy of [1-9]\d* records", b.log_text()), b.log_text()[-3000:]
     finally:
         reader.close()
         a.stop()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import TopicPartition
 
 from scheduler.bench.common import bench_namespace, pyplot, report, rss, start_processor, wait_restored
-from scheduler.bench.faults import BrokerFault
+from scheduler.bench.faults import BrokerFault, ProcessorFault
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.subprocesses import stop_all
 
@@ -47,6 +47,11 @@ def register(sub: Any) -> None:
              "instant, restart it --broker-down seconds later",
     )
     p.add_argument("--broker-down", type=float, default=10.0, help="seconds the killed node stays down (10)")
+    p.add_argument(
+        "--kill-processor", type=float, default=None, metavar="S",
+        help="with --processors 2 or more: SIGKILL the first processor S seconds before the instant "
+             "(a failover at the top of the hour); the others must take its shards and fire them",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -222,6 +227,12 @@ def _run(args: argparse.Namespace) -> int:
         from scheduler.settings import load_settings
 
         fault = BrokerFault(load_settings(), args.kill_broker, args.broker_down)
+    pfault = None
+    if args.kill_processor is not None:
+        if args.processors < 2:
+            raise SystemExit(f"--kill-processor {args.kill_processor}: needs --processors 2 or more "
+                             "(someone must take the killed processor's shards)")
+        pfault = ProcessorFault(args.kill_processor)
     space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
     ns, env, settings, admin = space.name, space.env, space.settings, space.admin
     bs = settings.kafka()
@@ -256,6 +267,8 @@ def _run(args: argparse.Namespace) -> int:
 
         if fault is not None:
             fault.arm(due)
+        if pfault is not None:
+            pfault.arm(due, procs[0])
         # 4. Read the burst read_committed; lag two ways.
         reader = consumer(bs, None, **{"fetch.wait.max.ms": 10})
         reader.assign(
@@ -277,6 +290,9 @@ def _run(args: argparse.Namespace) -> int:
         if fault is not None:
             fault.join()
             fault.facts["processors_survived"] = "yes" if all(p.poll() is None for p in procs) else "no"
+        if pfault is not None:
+            pfault.join()
+            procs = [p for p in procs if p is not pfault.killed]
 
         # 5. Restore: stop them, start one processor that restores every shard; its restore time.
         stop_all(procs, 60)
@@ -308,6 +324,7 @@ def _run(args: argparse.Namespace) -> int:
         "commands_per_s": commands_per_s,
         "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
         **(fault.facts if fault is not None else {}),
+        **(pfault.facts if pfault is not None else {}),
     }
     path = report(out, args.json_file)
     _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))

@@ -69,9 +69,13 @@ def start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen[
 
 
 def rss(pid: int) -> int:
+    """The resident memory of process ``pid``; 0 once it is gone (a benchmark killed it)."""
     import psutil
 
-    return int(psutil.Process(pid).memory_info().rss)
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return 0
 
 
 def _restore_seconds(port: int, shards: int) -> float | None:

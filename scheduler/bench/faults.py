@@ -1,9 +1,11 @@
-"""Faults a benchmark injects while it measures: a local cluster's node killed and restarted."""
+"""Faults a benchmark injects while it measures: a local cluster's node killed and restarted, a
+processor killed."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -47,6 +49,37 @@ class BrokerFault:
             self.facts["broker_restart_s"] = time.monotonic() - started
         except Exception as exc:  # reported, not raised: the burst's figures still count
             self.facts["error"] = f"restart failed: {exc}"
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join(300)
+
+
+class ProcessorFault:
+    """SIGKILLs one processor process ``before_s`` seconds before ``due`` (on a thread of its own): the
+    failover the 5 s SLO must survive. With two processors the killed one owns half the shards;
+    :attr:`facts` says when it died."""
+
+    def __init__(self, before_s: float) -> None:
+        self.before_s = before_s
+        self.facts: dict[str, float | str] = {}
+        self.killed: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+
+    def arm(self, due: int, victim: subprocess.Popen[bytes]) -> None:
+        self._thread = threading.Thread(target=self._run, args=(due, victim), name="processor-fault",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, due: int, victim: subprocess.Popen[bytes]) -> None:
+        time.sleep(max(0.0, due - self.before_s - time.time()))
+        if victim.poll() is not None:
+            self.facts["error"] = "the processor to kill had already exited"
+            return
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        self.killed = victim
+        self.facts["processor_killed_s_before_due"] = due - time.time()
 
     def join(self) -> None:
         if self._thread is not None:

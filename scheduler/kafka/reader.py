@@ -59,7 +59,9 @@ def read_to_end(
     timeout_s: float = 600,
     poll_s: float = 0.5,
 ) -> int:
-    """Feed every committed record of the partitions ``tps`` from the start to ``on_record``.
+    """Feed every committed record of the partitions ``tps`` from the start to ``on_record``
+    (from a partition's ``offset`` instead, when it holds one: the tail after what a caller
+    already read).
 
     Pre: ``consumer`` was created with ``enable.partition.eof`` (the end is how it knows).
 
@@ -73,9 +75,10 @@ def read_to_end(
     start: list[TopicPartition] = []
     for tp in tps:
         low, high = watermarks(consumer, tp)
-        if high > low:
+        first = max(low, tp.offset)  # an unset offset is negative
+        if high > first:
             pending.add((tp.topic, tp.partition))
-            start.append(TopicPartition(tp.topic, tp.partition, low))
+            start.append(TopicPartition(tp.topic, tp.partition, first))
     if not pending:
         return 0
     consumer.assign(start)

@@ -146,6 +146,9 @@ metadata.max.retention.ms=600000
 
 # Local development.
 {liveness}group.initial.rebalance.delay.ms=0
+# A processor's session may be as short as 1 s (processor_session_timeout_ms, default 3 s): the
+# failover time of its shards. Kafka's default minimum is 6 s.
+group.min.session.timeout.ms=1000
 auto.create.topics.enable=false
 log.segment.bytes=16777216
 """

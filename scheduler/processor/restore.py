@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, Message, TopicPartition
 
 from scheduler.kafka.clients import consumer_config
 from scheduler.kafka.reader import read_to_end
@@ -28,9 +29,17 @@ class RestoreStats:
     seconds: float = 0.0
 
 
-def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, RestoreStats]:
+def restore_shards(
+    settings: Settings,
+    shards: dict[int, Shard],
+    starts: Mapping[tuple[str, int], int] | None = None,
+    consumer: Consumer | None = None,
+) -> dict[int, RestoreStats]:
     """Rebuild ``shards`` (by partition) from Kafka, all in one pass over their partitions of
-    ``ksched.state`` and ``ksched.schedules``.
+    ``ksched.state`` and ``ksched.schedules``; a partition named in ``starts`` is read from that
+    offset on (a warm copy's tail, :mod:`~scheduler.processor.standby`), the others from the start.
+    ``consumer``: a :func:`restore_consumer` to use (left open), one already connected: a new
+    one spends 0.3-1 s connecting, most of a warm copy's take-over (measured).
 
     Pre: each shard's producer ran ``init_transactions`` (so no aborted owner holds
     back the last stable offset). Post: entries and cursors are loaded; the caller
@@ -38,8 +47,27 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
     """
     started = time.monotonic()
     stats = {p: RestoreStats() for p in shards}
-    t_state, t_schedules = topic_name(settings, "state"), topic_name(settings, "schedules")
-    c = Consumer(
+    apply = RecordApplier(settings, shards, stats)
+    c = consumer or restore_consumer(settings)
+    starts = starts or {}
+    try:
+        read_to_end(
+            c,
+            [TopicPartition(t, p, starts.get((t, p), OFFSET_INVALID)) for t in apply.topics for p in shards],
+            apply,
+        )
+    finally:
+        if consumer is None:
+            c.close()
+    for p, shard in shards.items():
+        stats[p].schedules = len(shard.entries)
+        stats[p].seconds = time.monotonic() - started
+    return stats
+
+
+def restore_consumer(settings: Settings, **extra: object) -> Consumer:
+    """An assign-only ``read_committed`` consumer of the shards' state and schedules partitions."""
+    return Consumer(
         consumer_config(
             as_processor(settings),
             f"{settings.namespace}.processor.restore",  # never commits; assign() only; in its ACLs
@@ -48,14 +76,27 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
                 # Prefetch enough to keep the decode loop busy, not whole partitions: what
                 # the client buffers here stays in the processor's RSS after restore.
                 "queued.max.messages.kbytes": 16_384,
+                # The last fetch finds nothing: the broker would hold it 500 ms (the default).
+                "fetch.wait.max.ms": 10,
+                **extra,
             },
         )
     )
 
-    def on_record(m: Message) -> None:
+
+class RecordApplier:
+    """Applies one record of ``ksched.state[p]`` or ``ksched.schedules[p]`` to shard p: what
+    restore and a warm copy (:mod:`~scheduler.processor.standby`) both do with what they read."""
+
+    def __init__(self, settings: Settings, shards: dict[int, Shard], stats: dict[int, RestoreStats]) -> None:
+        self.shards, self.stats = shards, stats
+        self.t_state = topic_name(settings, "state")
+        self.topics = (self.t_state, topic_name(settings, "schedules"))
+
+    def __call__(self, m: Message) -> None:
         p = m.partition() or 0
-        shard, st, value = shards[p], stats[p], m.value()
-        if m.topic() == t_state:
+        shard, st, value = self.shards[p], self.stats[p], m.value()
+        if m.topic() == self.t_state:
             st.state_records += 1
             if value is None:  # a tombstone: the schedule's runtime state was cleared
                 shard.restored_runtime.pop((m.key() or b"").decode(), None)
@@ -74,16 +115,3 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
         except RecordDecodeError as exc:
             st.undecodable += 1
             log.error("shard %d: undecodable schedule record %r skipped: %s", p, m.key(), exc)
-
-    try:
-        read_to_end(
-            c,
-            [TopicPartition(t, p) for t in (t_state, t_schedules) for p in shards],
-            on_record,
-        )
-    finally:
-        c.close()
-    for p, shard in shards.items():
-        stats[p].schedules = len(shard.entries)
-        stats[p].seconds = time.monotonic() - started
-    return stats

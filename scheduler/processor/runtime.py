@@ -43,6 +43,9 @@ _COUNTED_BY_STATE = frozenset(
     {OccurrenceState.DEAD, OccurrenceState.RETRY_WAIT, OccurrenceState.SKIPPED_OVERLAP}
 )
 log = logging.getLogger("ksched.processor")
+# Loop time a processor spends on its warm copies each iteration (a tick is every 100 ms): a
+# copy being read from the start must not hold back the shards that fire.
+STANDBY_BUDGET_S = 0.02
 
 
 class Processor:
@@ -106,8 +109,9 @@ class Processor:
             self.ownership.group_id,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 1000,
+                # librdkafka's own thread heartbeats, so a busy tick does not look like a death.
+                "session.timeout.ms": self.settings.processor_session_timeout_ms,
+                "heartbeat.interval.ms": max(100, self.settings.processor_session_timeout_ms // 6),
                 "max.poll.interval.ms": 300_000,
                 "fetch.wait.max.ms": 10,
                 "queued.max.messages.kbytes": 16_384,  # prefetch bounded: it is resident memory
@@ -176,6 +180,8 @@ class Processor:
         if by_partition:
             self.heap.changed = True
         self.heap.settle()
+        self.ownership.standby.follow(self.owned)
+        self.ownership.standby.poll(STANDBY_BUDGET_S)
 
     def _poll(self, timeout: float) -> list[Message]:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
