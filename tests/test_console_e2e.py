@@ -3,6 +3,8 @@ processor, workers, history indexer and store) served by uvicorn on 127.0.0.1 (i
 
 The key rides in the URL's fragment (never sent to a server; the page moves it to sessionStorage).
 Screenshots: ``artefacts/console-<tenant>.png`` at the repository's root (tests/browser.py).
+Slow: its own stack (10-30 s to start) and ~20 s of fires and page loads are over the fast suite's
+30 s budget (``make test-slow``, which CI runs).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from browser import ARTEFACTS, chromium, render, serving
 from test_api_e2e import A, Api, B, _fire, _spec, _until, api, ready  # noqa: F401 (the fixtures)
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def _section(dom: str, name: str) -> str:
@@ -46,6 +48,10 @@ def test_the_console_shows_a_tenants_schedules_runs_occurrences_and_dlq_and_noth
     dead_sid, dead_oid = _fire(ready, A, "broken")
     _until("A's DLQ entry", lambda: dead_oid in _dead(ready, A))
 
+    lag = h.get("/v1/lag?window_minutes=60", headers=me).json()
+    assert lag["tenant"] == A and lag["dispatched"] >= 2 and lag["lag_s"]["p50"] is not None, lag
+    assert lag["states"].get("SUCCEEDED", 0) >= 1 and lag["states"].get("DEAD", 0) >= 1, lag
+
     with serving(h.app) as base:
         page = h.get("/console")
         assert page.status_code == 200 and "script-src 'self'" in page.headers["Content-Security-Policy"]
@@ -62,8 +68,8 @@ def test_the_console_shows_a_tenants_schedules_runs_occurrences_and_dlq_and_noth
         assert oid in occurrence and "SUCCEEDED" in occurrence and "Attempts" in occurrence
         dlq = _section(dom, "dlq-view")
         assert dead_oid in dlq and dead_sid in dlq and "no such customer" in dlq
-        lag = _section(dom, "lag-view")
-        assert "dispatched" in lag and "history store" in lag
+        shown = _section(dom, "lag-view")
+        assert "dispatched" in shown and "history store" in shown and "DEAD" in shown
         assert f"tenant {A}" in dom
 
         other = _open(base, ready.keys[B], B, schedule=sid, occurrence=oid)
