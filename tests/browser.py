@@ -35,10 +35,10 @@ def chromium() -> str:
     """The browser's path (``$KSCHED_TEST_CHROMIUM`` or ``chromium`` on PATH); fails the test loudly
     when there is none: a skipped browser test would pass CI without testing the console."""
     found = os.environ.get("KSCHED_TEST_CHROMIUM") or shutil.which("chromium")
-    if not found:
+    if not found or not os.access(found, os.X_OK):
         pytest.fail(
-            "chromium not found: run `make chromium` (Debian's chromium package) or set "
-            "KSCHED_TEST_CHROMIUM to a Chromium binary",
+            f"chromium not found ({found or 'not on PATH'}): run `make chromium` (Debian's chromium "
+            "package) or set KSCHED_TEST_CHROMIUM to a Chromium binary",
             pytrace=False,
         )
     return found

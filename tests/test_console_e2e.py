@@ -27,6 +27,10 @@ def _section(dom: str, name: str) -> str:
     return unescape(re.sub(r"<[^>]+>", " ", found.group(1)))
 
 
+def _ids(text: str) -> set[str]:
+    return set(re.findall(r"\b[0-9a-f]{32}\b", text))
+
+
 def _open(base: str, key: str, tenant: str, **selection: str) -> str:
     fragment = "&".join(f"{k}={quote(v, safe='')}" for k, v in {"key": key, **selection}.items())
     dom = render(f"{base}/console#{fragment}", ARTEFACTS / f"console-{tenant}.png")
@@ -44,7 +48,7 @@ def test_the_console_shows_a_tenants_schedules_runs_occurrences_and_dlq_and_noth
     assert created.status_code == 201, created.text
     sid = created.json()["schedule_id"]
     nexts = h.get(f"/v1/schedules/{sid}?next=10", headers=me).json()["next_fires"]
-    _, oid = _fire(ready, A, "ok")
+    once_sid, oid = _fire(ready, A, "ok")
     dead_sid, dead_oid = _fire(ready, A, "broken")
     _until("A's DLQ entry", lambda: dead_oid in _dead(ready, A))
 
@@ -71,6 +75,26 @@ def test_the_console_shows_a_tenants_schedules_runs_occurrences_and_dlq_and_noth
         shown = _section(dom, "lag-view")
         assert "dispatched" in shown and "history store" in shown and "DEAD" in shown
         assert f"tenant {A}" in dom
+
+        done = {
+            x["schedule_id"]
+            for x in h.get("/v1/schedules?state=COMPLETED&limit=1000", headers=me).json()["items"]
+        }
+        assert {once_sid, dead_sid} <= done
+        page1 = _open(base, ready.keys[A], f"{A}-completed", state="COMPLETED", limit="1")
+        first = _ids(_section(page1, "schedules-view"))
+        assert len(first) == 1 and first <= done, first
+        found = re.search(r'<a href="#([^"]+)" id="next-page"', page1)
+        assert found, "at least two completed schedules, one a page: a next page"
+        fragment = unescape(found.group(1))
+        assert "state=COMPLETED" in fragment and "cursor=" in fragment
+        page2 = render(
+            f"{base}/console#key={quote(ready.keys[A], safe='')}&{fragment}", ARTEFACTS / "console-page2.png"
+        )
+        second = _ids(_section(page2, "schedules-view"))
+        assert len(second) == 1 and second <= done and second != first, (first, second)
+        by_handler = _open(base, ready.keys[A], f"{A}-handler", handler="console-<b>report</b>")
+        assert _ids(_section(by_handler, "schedules-view")) == {sid}
 
         other = _open(base, ready.keys[B], B, schedule=sid, occurrence=oid)
         assert f"tenant {B}" in other

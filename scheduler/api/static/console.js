@@ -2,10 +2,11 @@
 // Every value from the API is written with textContent / attributes, never parsed as HTML.
 // The key comes from the form or once from the URL fragment (#key=...: a fragment is never sent
 // to a server), is kept in this tab's sessionStorage, and the fragment is then rewritten without it.
+// The rest of the fragment is the view: schedule, occurrence, and the list's state, handler, limit
+// and cursor; every link and the filter form only change it, and a change of it re-renders.
 "use strict";
 
 const KEY = "ksched.console.key";
-const state = { cursors: [null], page: 0 };
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -22,8 +23,8 @@ function text(value) {
   return document.createTextNode(value === null || value === undefined ? "—" : String(value));
 }
 
-function link(hash, label) {
-  return el("a", { href: "#" + hash }, label);
+function link(changes, label, id) {
+  return el("a", { href: hrefWith(changes), id }, label);
 }
 
 function stateCell(s) {
@@ -42,6 +43,16 @@ function show(section, ...nodes) {
 
 function params() {
   return new URLSearchParams(location.hash.slice(1));
+}
+
+// The fragment with ``changes`` applied (a null value removes the parameter), as an href.
+function hrefWith(changes) {
+  const p = params();
+  for (const [name, value] of Object.entries(changes)) {
+    if (value === null || value === "") p.delete(name);
+    else p.set(name, value);
+  }
+  return "#" + p;
 }
 
 function key() {
@@ -92,33 +103,39 @@ function loadLag() {
 
 function loadSchedules() {
   return guarded("schedules-view", async () => {
+    const p = params();
     const q = new URLSearchParams();
-    const st = document.getElementById("f-state").value;
-    const handler = document.getElementById("f-handler").value.trim();
-    if (st) q.set("state", st);
-    if (handler) q.set("handler", handler);
-    q.set("limit", document.getElementById("f-limit").value || "20");
-    const cursor = state.cursors[state.page];
-    if (cursor) q.set("cursor", cursor);
+    for (const name of ["state", "handler", "cursor"]) {
+      if (p.get(name)) q.set(name, p.get(name));
+    }
+    q.set("limit", p.get("limit") || "20");
     const page = await api("/v1/schedules?" + q);
-    state.cursors[state.page + 1] = page.next_cursor;
-    document.getElementById("next-page").disabled = !page.next_cursor;
     const rows = page.items.map((s) => [
-      link("schedule=" + encodeURIComponent(s.schedule_id), s.schedule_id),
+      link({ schedule: s.schedule_id, occurrence: null }, s.schedule_id),
       stateCell(s.state), s.cron || s.at, s.timezone, s.handler, s.version,
     ]);
+    const pages = [];
+    if (p.get("cursor")) pages.push(link({ cursor: null }, "First page", "first-page"), " ");
+    if (page.next_cursor) pages.push(link({ cursor: page.next_cursor }, "Next page", "next-page"));
     show(
       "schedules-view",
       rows.length ? table(["schedule", "state", "cron / at", "zone", "handler", "version"], rows, "schedules")
         : el("p", { class: "muted" }, "No schedules."),
-      el("p", { class: "muted" }, "page " + (state.page + 1)),
+      el("p", {}, ...pages),
     );
   });
 }
 
+function fillFilters() {
+  const p = params();
+  document.getElementById("f-state").value = p.get("state") || "";
+  document.getElementById("f-handler").value = p.get("handler") || "";
+  document.getElementById("f-limit").value = p.get("limit") || "20";
+}
+
 function occurrenceRows(items) {
   return items.map((o) => [
-    link("schedule=" + encodeURIComponent(o.schedule_id) + "&occurrence=" + encodeURIComponent(o.occurrence_id), o.occurrence_id),
+    link({ schedule: o.schedule_id, occurrence: o.occurrence_id }, o.occurrence_id),
     o.version, o.scheduled_for, o.enqueued_at, o.lag_s, stateCell(o.state), o.attempt_count, o.reason,
   ]);
 }
@@ -172,7 +189,7 @@ function loadDlq() {
   return guarded("dlq-view", async () => {
     const d = await api("/v1/dlq");
     const rows = d.items.map((x) => [
-      link("schedule=" + encodeURIComponent(x.schedule_id) + "&occurrence=" + encodeURIComponent(x.occurrence_id), x.occurrence_id),
+      link({ schedule: x.schedule_id, occurrence: x.occurrence_id }, x.occurrence_id),
       x.schedule_id, x.handler, x.scheduled_for, x.dead_at, x.attempts, x.reason, x.last_error_class, x.last_error_message,
     ]);
     show(
@@ -209,13 +226,12 @@ function takeKeyFromFragment() {
 
 document.addEventListener("DOMContentLoaded", () => {
   takeKeyFromFragment();
+  fillFilters();
   document.getElementById("key-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const input = document.getElementById("key");
     sessionStorage.setItem(KEY, input.value.trim());
     input.value = "";
-    state.cursors = [null];
-    state.page = 0;
     loadAll();
   });
   document.getElementById("forget").addEventListener("click", () => {
@@ -224,18 +240,16 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   document.getElementById("filters").addEventListener("submit", (e) => {
     e.preventDefault();
-    state.cursors = [null];
-    state.page = 0;
-    loadSchedules();
+    location.hash = hrefWith({
+      state: document.getElementById("f-state").value,
+      handler: document.getElementById("f-handler").value.trim(),
+      limit: document.getElementById("f-limit").value,
+      cursor: null,
+    });
   });
-  document.getElementById("next-page").addEventListener("click", () => {
-    state.page += 1;
-    loadSchedules();
+  window.addEventListener("hashchange", () => {
+    fillFilters();
+    Promise.all([loadSchedules(), loadSelection()]);
   });
-  document.getElementById("first-page").addEventListener("click", () => {
-    state.page = 0;
-    loadSchedules();
-  });
-  window.addEventListener("hashchange", loadSelection);
   loadAll();
 });
