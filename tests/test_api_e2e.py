@@ -383,12 +383,15 @@ def test_over_its_request_rate_a_tenant_gets_429_with_retry_after_from_a_real_ap
             for t in (A, B):  # the process follows the registry: 401 until it has read the keys
                 _until(f"{t}'s key", lambda t=t: c.get("/v1/lag", headers=ready.as_(t)).status_code != 401)
             time.sleep(2.5)  # the buckets refill to the burst (2 tokens at 1/s)
-            answers = [c.get("/v1/lag", headers=ready.as_(A)) for _ in range(5)]
+            answers = []
+            for _ in range(20):  # back to back: past the burst, the bucket refills slower than they come
+                answers.append(c.get("/v1/lag", headers=ready.as_(A)))
+                if answers[-1].status_code == 429:
+                    break
             assert [r.status_code for r in answers[:2]] == [200, 200], [r.text for r in answers]
-            limited = [r for r in answers if r.status_code == 429]
-            assert limited, f"5 requests within {answers[-1].elapsed} at 1/s and a burst of 2: one is over"
-            body = _problem(limited[0], 429)
-            wait = int(limited[0].headers["Retry-After"])
+            assert answers[-1].status_code == 429, [r.elapsed for r in answers]  # each took over 1 s?
+            body = _problem(answers[-1], 429)
+            wait = int(answers[-1].headers["Retry-After"])
             assert 1 <= wait <= 2 and A in body["detail"] and "retry after" in body["detail"], body
             assert c.get("/v1/lag", headers=ready.as_(B)).status_code == 200  # B's own bucket
             time.sleep(wait)
