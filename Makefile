@@ -7,7 +7,7 @@ KSCHED := $(BIN)/ksched
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install postgres-server java-tools prometheus-tools java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench openapi clean
+.PHONY: help install postgres-server java-tools prometheus-tools chromium java-example test test-slow test-all run lint kafka-up kafka-down kafka-status schemas-check bench openapi clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -67,17 +67,30 @@ prometheus-tools: ## install Debian's prometheus (server + promtool) when missin
 	  systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
 	exit $$rc
 
+# The console test (tests/test_console_e2e.py) drives the page in headless Chromium: Debian's
+# chromium package when missing (no browser download: the network reaches Debian's packages only).
+CHROMIUM_APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+
+chromium: ## install Debian's chromium (headless browser of the console test) when missing
+	@if [ -n "$$KSCHED_TEST_CHROMIUM" ] || command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make: chromium not found: run 'sudo apt-get install chromium' or set KSCHED_TEST_CHROMIUM"; exit 1; \
+	fi; \
+	echo "make: chromium not found: installing Debian's chromium package"; \
+	$(CHROMIUM_APT_INSTALL) || { apt-get update -q && $(CHROMIUM_APT_INSTALL); }; \
+	command -v chromium >/dev/null || { echo "make: chromium installed but not on PATH"; exit 1; }
+
 java-example: install ## build examples/java with Maven (dependencies in ksched's Maven cache, kafka_cache_dir/m2)
 	@command -v mvn >/dev/null || { echo "make: mvn not found: install Maven (apt-get install maven) or run make java-tools"; exit 1; }
 	mvn -B -q -f examples/java/pom.xml -Dmaven.repo.local="$$($(BIN)/python -c 'from scheduler.settings import load_settings; print(load_settings().kafka_cache_dir)')/m2" package
 
-test: install postgres-server prometheus-tools ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
+test: install postgres-server prometheus-tools chromium ## run the test suite (starts its own Kafka broker on 127.0.0.1:19092)
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: install postgres-server prometheus-tools ## run the slow suites (CI runs them too)
+test-slow: install postgres-server prometheus-tools chromium ## run the slow suites (CI runs them too)
 	$(BIN)/pytest -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no slow tests collected
 
-test-all: install postgres-server prometheus-tools ## every test, fast and slow
+test-all: install postgres-server prometheus-tools chromium ## every test, fast and slow
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 run: install prometheus-tools ## the demo: local Kafka, topics, two tenants, processor, workers, sample schedules, live view

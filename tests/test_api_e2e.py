@@ -6,11 +6,16 @@ in-process app (``TestClient``) over the same services ``ksched api`` runs.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from test_attempts_e2e import Running, once_in
@@ -19,7 +24,9 @@ from test_history_queries_e2e import _logs_in, _wait
 
 from scheduler.api.app import create_app, start_services
 from scheduler.api.deps import Services
+from scheduler.bench.common import free_port
 from scheduler.cli import main
+from scheduler.demo.api import wait_ready
 from scheduler.history import open_store
 from scheduler.history.indexer import Indexer
 from scheduler.settings import Settings
@@ -355,3 +362,40 @@ def test_health_readiness_and_metrics(ready: Api) -> None:
     r = ready.http.get("/readyz")
     assert r.status_code == 200 and r.json()["checks"] == {"broker": "ok", "history_store": "ok"}, r.text
     assert "ksched_api_requests_total" in ready.http.get("/metrics").text
+
+
+def test_over_its_request_rate_a_tenant_gets_429_with_retry_after_from_a_real_api_process(
+    ready: Api, tmp_path: Path
+) -> None:
+    """``ksched api`` as a process with ``KSCHED_API_RATE_PER_S=1`` (burst 2): A's quick requests
+    past the burst are 429 problems with ``Retry-After``; B, limited on its own, still gets 200; A
+    gets 200 again once it waited what Retry-After said."""
+    port = free_port()
+    env = {**os.environ, "KSCHED_API_RATE_PER_S": "1", "KSCHED_HISTORY_DSN": ready.settings.history_dsn}
+    with (tmp_path / "api.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler", "api", "--port", str(port)], env=env, stdout=log, stderr=log
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_ready(base, proc, 60, "/healthz") is None, (tmp_path / "api.log").read_text()
+        with httpx.Client(base_url=base, timeout=30) as c:
+            for t in (A, B):  # the process follows the registry: 401 until it has read the keys
+                _until(f"{t}'s key", lambda t=t: c.get("/v1/lag", headers=ready.as_(t)).status_code != 401)
+            time.sleep(2.5)  # the buckets refill to the burst (2 tokens at 1/s)
+            answers = []
+            for _ in range(20):  # back to back: past the burst, the bucket refills slower than they come
+                answers.append(c.get("/v1/lag", headers=ready.as_(A)))
+                if answers[-1].status_code == 429:
+                    break
+            assert [r.status_code for r in answers[:2]] == [200, 200], [r.text for r in answers]
+            assert answers[-1].status_code == 429, [r.elapsed for r in answers]  # each took over 1 s?
+            body = _problem(answers[-1], 429)
+            wait = int(answers[-1].headers["Retry-After"])
+            assert 1 <= wait <= 2 and A in body["detail"] and "retry after" in body["detail"], body
+            assert c.get("/v1/lag", headers=ready.as_(B)).status_code == 200  # B's own bucket
+            time.sleep(wait)
+            assert c.get("/v1/lag", headers=ready.as_(A)).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)

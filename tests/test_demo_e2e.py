@@ -80,6 +80,7 @@ def test_demo_serves_the_api_with_its_printed_key_and_stops_every_child(
     try:
         api = _wait_for(lines, r"HTTP API at (http://127\.0\.0\.1:\d+)", seen, 240).group(1)
         key = _wait_for(lines, r"API key of tenant demo .*: (ksk_\S+)", seen, 5).group(1)
+        console = _wait_for(lines, r"web console at (http://\S+/console)", seen, 5).group(1)
         prometheus = _wait_for(lines, r"Prometheus at (http://\S+)", seen, 5).group(1)
         assert api == f"http://127.0.0.1:{api_port}"
         children = psutil.Process(demo.pid).children()
@@ -94,6 +95,8 @@ def test_demo_serves_the_api_with_its_printed_key_and_stops_every_child(
         described = httpx.get(f"{api}/v1/schedules/{sid}", headers=auth, timeout=30)
         assert described.status_code == 200 and described.json()["state"] == "ACTIVE", described.text
         assert httpx.post(f"{api}/v1/schedules", json=body, timeout=10).status_code == 401
+        page = httpx.get(console, timeout=10)
+        assert console == f"{api}/console" and page.status_code == 200 and "ksched console" in page.text
 
         deadline = time.monotonic() + 60
         while {t["job"] for t in _targets(prometheus) if t["health"] == "up"} != JOBS:

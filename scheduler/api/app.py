@@ -2,7 +2,8 @@
 
 :func:`start_services` makes them (the command router, the followed registry's key index, the
 rate limiter) and :func:`create_app` serves them; a test passes its own. ``/healthz`` says the
-process answers; ``/readyz`` that the broker and the history store do; ``/metrics`` is Prometheus.
+process answers; ``/readyz`` that the broker and the history store do; ``/metrics`` is Prometheus;
+``/console`` the read-only web console (scheduler/api/console.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.api import console, lag, problems, reads, schedules
 from scheduler.api import models as m
-from scheduler.api import problems, reads, schedules
 from scheduler.api.deps import Services, services
 from scheduler.api.guard import Guard
 from scheduler.api.keys import KeyIndex, RateLimiter
@@ -72,6 +73,8 @@ def create_app(svc: Services) -> FastAPI:
     problems.install(app)
     app.include_router(schedules.router)
     app.include_router(reads.router)
+    app.include_router(lag.router)
+    app.include_router(console.router)
     _ops(app)
 
     app.add_middleware(Measure)

@@ -96,6 +96,7 @@ def run_demo(duration_s: float | None = None, live: bool = True) -> int:
             print(f"demo: the API does not answer yet ({not_ready}); see {folder / 'api.log'}")
         print(f"demo: HTTP API at {api_url(settings)} (docs: {api_url(settings)}/docs)")
         print(f"demo: API key of tenant {TENANTS[0]} (shown once, only its hash is kept): {key}")
+        print(f"demo: web console at {api_url(settings)}/console (paste the key)")
         if prometheus is not None:
             print(f"demo: Prometheus at {prometheus.url} (alerts: {prometheus.url}/alerts), scraping "
                   f"{prometheus.targets_dir}")
