@@ -1,35 +1,62 @@
 """Standby shards (scheduler/processor/standby.py) against the real broker.
 
-A warm copy that followed the topics while a processor wrote them holds, once armed, exactly
-what a restore from the start arms: the same schedules, versions, states, next fire times,
-cursors and runtime state. (A survivor taking a killed processor's shards from its warm copies,
-exactly once: tests/test_processor_failover.py's kill test.)
+- a warm copy that followed the topics while a processor wrote them holds, once armed, exactly
+  what a restore from the start arms: the same schedules, versions, states, next fire times,
+  cursors and runtime state;
+- a rolling restart of both processors under steady load restores no shard from the start
+  (each warms up before it joins), fires every occurrence once, lag p99 within the 5 s SLO.
+
+(A survivor taking a killed processor's shards from its warm copies, exactly once:
+tests/test_processor_failover.py's kill test.)
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scheduler.client import SchedulerClient
-from scheduler.domain import ScheduleSpec
+from scheduler.domain import ScheduleSpec, occurrence_id
 from scheduler.processor.restore import restore_shards
 from scheduler.processor.shard import Shard
 from scheduler.processor.standby import Standby
+from scheduler.records import Occurrence
 from scheduler.settings import Settings
-from scheduler.tenants import Tenant
+from scheduler.tenants import Tenant, add_tenant
+from scheduler.topology import topic_name
 from tests.test_processor_failover import (
     InProcess,
     OffsetClock,
+    TopicReader,
+    assert_exactly_once,
+    at_least,
+    create_commands,
     isolated,  # noqa: F401  (a fixture)
+    once,
+    spawn_processor,
+    split_between,
+    wait_for_assignment,
     with_topics,
 )
 
 pytestmark = [pytest.mark.kafka]
 
 WARM = Tenant(name="warm")
+ROLLING = Tenant(name="sb-rolling")
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka_settings: Settings) -> Iterator[Settings]:
+    """The session namespace with this module's tenant registered and its topics applied."""
+    from scheduler.cli.topics_cmd import apply_all
+
+    add_tenant(kafka_settings.tenants_file, ROLLING)
+    apply_all()
+    yield kafka_settings
 
 
 def new_shard(settings: Settings, tenants: dict[str, Tenant]) -> Any:
@@ -107,3 +134,38 @@ def test_a_warm_copy_arms_exactly_what_a_restore_arms(isolated: Settings) -> Non
         assert got == want, f"shard {p}: the warm copy differs from a restore"
         total += len(want["entries"])
     assert total == 40
+
+
+@pytest.mark.slow
+def test_a_rolling_restart_restores_no_shard_from_the_start(cluster: Settings, tmp_path: Path) -> None:
+    """SIGTERM each processor in turn (a planned restart) and start its successor while one-time
+    schedules fall due every 0.2 s: the leaver's shards move to the other's warm copies at once,
+    and the successor warms up before it joins, so what it is given back is warm too."""
+    procs = [spawn_processor("sb-a", tmp_path), spawn_processor("sb-b", tmp_path)]
+    reader = TopicReader(cluster, [topic_name(cluster, "dispatch", ROLLING.name)], Occurrence)
+    try:
+        wait_for_assignment(cluster, split_between(*procs), 90, "two processors sharing the shards")
+        start = int(time.time()) + 15
+        dues = [start + i // 5 for i in range(400)]  # 5 a second for 80 s
+        sids = create_commands(cluster, ROLLING.name, [once(d) for d in dues])
+        expected = {occurrence_id(sid, 1, d) for sid, d in zip(sids, dues, strict=True)}
+        time.sleep(max(0.0, start + 10 - time.time()))
+        for i, name in enumerate(("sb-a2", "sb-b2")):
+            old = procs[i]
+            old.stop()  # SIGTERM: it leaves the group
+            procs[i] = spawn_processor(name, tmp_path)
+            wait_for_assignment(cluster, split_between(*procs), 90, f"{name} sharing the shards")
+            reader.poll()
+        assert time.time() < dues[-1], "the restarts outlasted the load: the premise is not met"
+        reader.read_until(at_least(len(expected)), timeout_s=dues[-1] - time.time() + 60, settle_s=3.0)
+        assert_exactly_once([s.value.occurrence_id for s in reader.seen], expected)
+        lags = sorted(s.append_ms / 1000 - s.value.scheduled_for_ms / 1000 for s in reader.seen)
+        p99 = lags[int(0.99 * (len(lags) - 1))]
+        assert p99 <= 5.0, f"lag p99 {p99:.2f}s over the 5 s SLO through a rolling restart"
+        logs = "".join(f.read_text(errors="replace") for f in sorted(tmp_path.glob("*.log")))
+        assert "warm copy of" in logs
+        assert "no warm copy, restoring from the start" not in logs, logs[-4000:]
+    finally:
+        reader.close()
+        for p in procs:
+            p.stop()

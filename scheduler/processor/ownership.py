@@ -209,6 +209,8 @@ class Ownership:
             if warm is not None:
                 starts.update(warm.next)
                 log.info("shard %d: warm copy of %d records, restoring its tail", p, warm.records)
+            else:
+                log.info("shard %d: no warm copy, restoring from the start", p)
         # 2. restore (a warm copy's tail with the standby's connected reader)
         stats = restore_shards(self.settings, shards, starts, self.standby.tail_reader if starts else None)
         elapsed = time.monotonic() - started

@@ -46,6 +46,7 @@ log = logging.getLogger("ksched.processor")
 # Loop time a processor spends on its warm copies each iteration (a tick is every 100 ms): a
 # copy being read from the start must not hold back the shards that fire.
 STANDBY_BUDGET_S = 0.02
+WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
 
 
 class Processor:
@@ -120,12 +121,16 @@ class Processor:
         )
         self._warn_short_retention()
         self.quotas.start()  # raises DemandTopicMissing before anything else is opened
-        if self.registry is not None:
-            try:
+        try:
+            if self.registry is not None:
                 self.registry.start()  # the whole registry before the first shard: no command races it
-            except BaseException:
-                self.quotas.close()
-                raise
+            self.ownership.standby.warm_up(WARM_UP_TIMEOUT_S, self._stop.is_set)
+        except BaseException:
+            self.ownership.standby.close()
+            if self.registry is not None:
+                self.registry.close()
+            self.quotas.close()
+            raise
         self.consumer = Consumer(cfg)
         self.ownership.join(self.consumer)
         log.info("processor %s joined group %s", self.instance_id, self.ownership.group_id)

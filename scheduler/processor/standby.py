@@ -8,6 +8,8 @@ them already; the new owner reads only the tail written since.
 
 How, in the processor's loop thread (the copies are touched by no other thread):
 
+0. :meth:`Standby.warm_up`, before the processor joins the group: every shard read to its end,
+   so that a restarted processor takes what it is given from warm copies too;
 1. :meth:`Standby.follow`: keep a copy of every shard this processor does not own. A shard that
    is no longer owned (revoked, lost) starts a new copy from the beginning: an owned shard's
    memory is armed and moving, not what a reader of its records holds.
@@ -76,18 +78,45 @@ class Standby:
         for p in sorted(set(self.copies).difference(want)):
             self._drop(p)
 
+    def warm_up(self, timeout_s: float, stopping: Callable[[], bool] = lambda: False) -> int:
+        """Before joining the group: a copy of every shard, each read to its end once, so that
+        what the group then assigns is taken from a warm copy -- a restarted processor (a rolling
+        restart) restores no shard from the start while another is left waiting for it. Returns
+        the records read; gives up (logged) after ``timeout_s``, the copies staying warm."""
+        if not self.enabled:
+            return 0
+        self.follow(owned=())
+        pending = {(t, p) for t in self._apply.topics for p in self.copies}
+        deadline = time.monotonic() + timeout_s
+        n = 0
+        while pending and time.monotonic() < deadline and not stopping():
+            n += self._consume(0.2, 0.5, pending.discard)
+        if pending:
+            log.warning("standby: %d partitions not read to the end in %.0fs; joining anyway",
+                        len(pending), timeout_s)
+        log.info("standby: %d shards warm (%d records)", len(self.copies), n)
+        return n
+
     def poll(self, budget_s: float) -> int:
         """Step 2: apply fetched records for at most about ``budget_s``; returns how many."""
+        return self._consume(0, budget_s, None)
+
+    def _consume(
+        self, wait_s: float, budget_s: float, at_end: Callable[[tuple[str, int]], None] | None
+    ) -> int:
         if not self.copies or self._consumer is None:
             return 0
         n = 0
         deadline = time.monotonic() + budget_s
         while True:
-            msgs = self._consumer.consume(BATCH, 0)
+            msgs = self._consumer.consume(BATCH, wait_s)
             for m in msgs:
                 err = m.error()
                 if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if at_end is not None:
+                            at_end((m.topic() or "", m.partition() or 0))
+                    else:
                         log.warning("standby: consume error: %s", err)
                     continue
                 p, topic = m.partition() or 0, m.topic() or ""
@@ -124,7 +153,7 @@ class Standby:
 
     def _start(self, p: int) -> None:
         if self._consumer is None:
-            self._consumer = restore_consumer(self.settings, **{"enable.partition.eof": False})
+            self._consumer = restore_consumer(self.settings)  # its end events serve warm_up
             self._tail = restore_consumer(self.settings)
             self._tail.list_topics(self._apply.t_state, timeout=10)  # connect now, not at the take
         copy = WarmCopy(self.new_shard(p))
