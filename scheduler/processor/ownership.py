@@ -109,7 +109,7 @@ class Ownership:
         self.consumer: Consumer | None = None
         self._rejoin = False
         self._followed: frozenset[str] = frozenset()  # the tenants whose commands topics are read
-        self.standby = Standby(settings, self._new_shard)  # warm copies of the shards not owned
+        self.standby = Standby(settings, self._new_shard, metrics)  # warm copies of the shards not owned
 
     # -- group membership ---------------------------------------------------------
     def join(self, consumer: Consumer) -> None:

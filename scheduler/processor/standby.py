@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.restore import RecordApplier, RestoreStats, restore_consumer
 from scheduler.processor.shard import Shard
 from scheduler.settings import Settings
@@ -57,8 +58,11 @@ class WarmCopy:
 class Standby:
     """The warm copies of one processor (module docstring)."""
 
-    def __init__(self, settings: Settings, new_shard: Callable[[int], Shard]) -> None:
+    def __init__(
+        self, settings: Settings, new_shard: Callable[[int], Shard], metrics: ProcessorMetrics | None = None
+    ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.enabled = settings.standby_replicas > 0
         self.new_shard = new_shard
         self.copies: dict[int, WarmCopy] = {}
@@ -94,7 +98,10 @@ class Standby:
         if pending:
             log.warning("standby: %d partitions not read to the end in %.0fs; joining anyway",
                         len(pending), timeout_s)
-        log.info("standby: %d shards warm (%d records)", len(self.copies), n)
+        elapsed = time.monotonic() - deadline + timeout_s
+        if self.metrics is not None:  # a restore pass: with the tail read at the take, the shards' restore
+            self.metrics.restore_wall_seconds.inc(elapsed)
+        log.info("standby: %d shards warm (%d records) in %.2fs", len(self.copies), n, elapsed)
         return n
 
     def poll(self, budget_s: float) -> int:
