@@ -192,6 +192,9 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
     finally:
         new_proc.stop()
     old_ids, new_ids = dispatched(old), dispatched(new)
+    dups = {i: (old_ids.count(i), new_ids.count(i)) for i in set(old_ids + new_ids)
+            if old_ids.count(i) + new_ids.count(i) > 1}
+    assert not dups, f"duplicated (times on the old side, on the new side): {dups}"
     assert_exactly_once(old_ids + new_ids, expected)
     # the one-time schedules around C: each side emitted exactly its own
     assert {occurrence_id(sid, 1, t) for t, sid in once.items() if t < cutover} <= set(old_ids)
