@@ -20,11 +20,11 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
 
 from scheduler.kafka.admin import admin_client
 from scheduler.kafka.clients import consumer, transactional_producer
-from scheduler.kafka.reader import read_to_end
+from scheduler.kafka.reader import read_to_end, watermarks
 from scheduler.processor.lanes import DONE
 from scheduler.records import LaneCursor, ShardState, decode, encode, record_type
 from scheduler.settings import Settings
@@ -40,15 +40,19 @@ ON_TIME = (Lane.STRICT, Lane.FLEXIBLE)
 KILL_AFTER_ENV = "KSCHED_REPARTITION_KILL_AFTER"  # tests: SIGKILL itself after this many records
 
 
+Rec = tuple[bytes, bytes | None, int, int]
+
+
 class RepartitionError(RuntimeError):
     """The migration is refused or failed; the message names what and the fix."""
 
 
 @dataclass
 class Plan:
-    """What a run copies: per target topic, ``(key, value, timestamp ms)`` in order."""
+    """What a run copies: per target topic, ``(key, value, timestamp ms, partition)`` in order
+    (partition -1: by key, as every producer of a schedule-keyed record)."""
 
-    records: dict[str, list[tuple[bytes, bytes | None, int]]] = field(default_factory=dict)
+    records: dict[str, list[Rec]] = field(default_factory=dict)
     tenants: set[str] = field(default_factory=set)
     schedules: int = 0
 
@@ -60,6 +64,7 @@ def repartition(old: Settings, target_namespace: str, partitions: int, cutover: 
     new = old.replace(namespace=target_namespace, partitions=partitions)
     _refuse_unsafe(old, new)
     _check_old_stopped(old)
+    _check_commands_applied(old)
     _check_cursors(old, cutover)
     _check_target_empty(new)
     plan = read_plan(old, new, cutover)
@@ -92,6 +97,44 @@ def _check_old_stopped(old: Settings) -> None:
             f"{len(desc.members)} processors of {old.namespace} are still running "
             f"({', '.join(sorted(m.client_id for m in desc.members))}): stop them once `ksched "
             "repartition --check` shows every shard at the cutover, then run it again")
+
+
+def unapplied_commands(old: Settings) -> dict[str, int]:
+    """Per tenant commands topic of ``old``, the records its processors have not committed as
+    applied (a command the copy would leave behind)."""
+    group = f"{old.namespace}.processor"
+    admin = admin_client(old.kafka())
+    c = consumer(old.kafka(), None)
+    try:
+        tps = []
+        for t in sorted(current(old).target):
+            topic = topic_name(old, "commands", t)
+            meta = c.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is not None and meta.error is None:
+                tps += [TopicPartition(topic, p) for p in meta.partitions]
+        if not tps:
+            return {}
+        req = [ConsumerGroupTopicPartitions(group, tps)]
+        got = admin.list_consumer_group_offsets(req, request_timeout=10)[group].result(15)
+        done = {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions}
+        left: dict[str, int] = {}
+        for tp in tps:
+            low, high = watermarks(c, tp)
+            behind = high - max(done.get((tp.topic, tp.partition), -1), low)
+            if behind > 0:
+                left[tp.topic] = left.get(tp.topic, 0) + behind
+        return left
+    finally:
+        c.close()
+
+
+def _check_commands_applied(old: Settings) -> None:
+    left = unapplied_commands(old)
+    if left:
+        what = ", ".join(f"{n} on {t}" for t, n in sorted(left.items()))
+        raise RepartitionError(
+            f"commands not applied yet by {old.namespace}'s processors ({what}): the copy would lose "
+            f"them; run the processors (with KSCHED_EMIT_UNTIL) until they are applied, then stop them")
 
 
 def _read(settings: Settings, topics: list[str], on_record: Callable[[Message], None]) -> None:
@@ -171,27 +214,28 @@ def read_plan(old: Settings, new: Settings, cutover: int) -> Plan:
         sources.update({topic_name(old, n, t): topic_name(new, n, t) for n in TENANT_TOPICS})
     t_state, t_history = topic_name(old, "state"), topic_name(old, "schedule-history")
     latest: dict[str, dict[bytes, tuple[bytes | None, int]]] = {t: {} for t in sources}
-    history: list[tuple[bytes, bytes | None, int]] = []
+    history: list[Rec] = []
 
     def on_record(m: Message) -> None:
         topic, key, value = m.topic() or "", m.key() or b"", m.value()
         if topic == t_history:
-            history.append((key, value, m.timestamp()[1]))
+            history.append((key, value, m.timestamp()[1], -1))
         elif not (topic == t_state and value is not None and record_type(value) is ShardState):
             latest[topic][key] = (value, m.timestamp()[1])  # old shards' cursors are replaced below
 
     _read(old, sorted(sources), on_record)
     for src, dst in sources.items():
-        kept: list[tuple[bytes, bytes | None, int]] = [
-            (k, v, ts) for k, (v, ts) in latest[src].items() if v is not None]
+        kept: list[Rec] = [(k, v, ts, -1) for k, (v, ts) in latest[src].items() if v is not None]
         plan.records[dst] = history if src == t_history else kept
     plan.schedules = len(plan.records[topic_name(new, "schedules")])
     plan.records[topic_name(new, "state")] += new_shard_states(new, plan.tenants, cutover)
     return plan
 
 
-def new_shard_states(new: Settings, tenants: set[str], cutover: int) -> list[tuple[bytes, bytes | None, int]]:
-    """Each new shard's cursors: every tenant's on-time lanes done up to ``cutover - 1``."""
+def new_shard_states(new: Settings, tenants: set[str], cutover: int) -> list[Rec]:
+    """Each new shard's cursors: every tenant's on-time lanes done up to ``cutover - 1``. On its
+    own partition, as its processor writes it (restore reads partition p's, whatever the key
+    hashes to)."""
     from scheduler.processor.wire_state import shard_state_key
 
     cursors = tuple(
@@ -202,7 +246,7 @@ def new_shard_states(new: Settings, tenants: set[str], cutover: int) -> list[tup
     return [
         (shard_state_key(q), encode(ShardState(shard=q, watermark_ms=(cutover - 1) * 1000, ticks=0,
                                                occurrences_emitted=0, updated_at_ms=now_ms, cursors=cursors)),
-         now_ms)
+         now_ms, q)
         for q in range(new.partitions)
     ]
 
@@ -216,10 +260,10 @@ def _write(new: Settings, plan: Plan) -> None:
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0"))
     n = 0
     for topic, records in plan.records.items():
-        for key, value, ts in records:
+        for key, value, ts, partition in records:
             while True:
                 try:
-                    p.produce(topic, value, key, timestamp=ts)
+                    p.produce(topic, value, key, partition=partition, timestamp=ts)
                     break
                 except BufferError:
                     p.poll(0.05)

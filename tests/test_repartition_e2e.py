@@ -37,7 +37,13 @@ from scheduler.records import (
     decode,
     encode,
 )
-from scheduler.repartition import KILL_AFTER_ENV, RepartitionError, cursor_problems, repartition
+from scheduler.repartition import (
+    KILL_AFTER_ENV,
+    RepartitionError,
+    cursor_problems,
+    repartition,
+    shard_cursors,
+)
 from scheduler.settings import Settings
 from scheduler.tenant_admin import apply_all
 from scheduler.tenants import Tenant, add_tenant
@@ -100,11 +106,11 @@ def command(
         reader.close()
 
 
-def dispatched(settings: Settings) -> list[str]:
+def dispatched(settings: Settings) -> list[Occurrence]:
     reader = TopicReader(settings, [topic_name(settings, "dispatch", TENANT.name)], Occurrence)
     try:
         reader.read_until(lambda _: False, 0, settle_s=3)
-        return [s.value.occurrence_id for s in reader.seen]
+        return [s.value for s in reader.seen]
     finally:
         reader.close()
 
@@ -173,6 +179,9 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
     again = run_cli(old, new, cutover)
     assert again.returncode == 2 and "ran already" in again.stderr, again.stderr
 
+    # each new shard restores its cursors from its own partition of the state topic
+    assert {q: st.shard for q, st in shard_cursors(new).items()} == {q: q for q in range(NEW_PARTITIONS)}
+    assert not cursor_problems(new, cutover)
     before, after = schedules_of(old), schedules_of(new)
     assert {sid: (s.version, s.state, s.spec) for sid, s in after.items()} == {
         sid: (s.version, s.state, s.spec) for sid, s in before.items()}
@@ -191,10 +200,11 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
                    lambda: len(dispatched(old)) + len(dispatched(new)) >= len(expected), 90)
     finally:
         new_proc.stop()
-    old_ids, new_ids = dispatched(old), dispatched(new)
-    dups = {i: (old_ids.count(i), new_ids.count(i)) for i in set(old_ids + new_ids)
-            if old_ids.count(i) + new_ids.count(i) > 1}
-    assert not dups, f"duplicated (times on the old side, on the new side): {dups}"
+    old_occ, new_occ = dispatched(old), dispatched(new)
+    old_ids, new_ids = [o.occurrence_id for o in old_occ], [o.occurrence_id for o in new_occ]
+    twice = [(side, o) for side, occs in (("old", old_occ), ("new", new_occ)) for o in occs
+             if (old_ids + new_ids).count(o.occurrence_id) > 1]
+    assert not twice, f"cutover {cutover}, minute {minute}; dispatched more than once: {twice}"
     assert_exactly_once(old_ids + new_ids, expected)
     # the one-time schedules around C: each side emitted exactly its own
     assert {occurrence_id(sid, 1, t) for t, sid in once.items() if t < cutover} <= set(old_ids)
