@@ -215,20 +215,24 @@ def read_plan(old: Settings, new: Settings, cutover: int) -> Plan:
     t_state, t_history = topic_name(old, "state"), topic_name(old, "schedule-history")
     latest: dict[str, dict[bytes, tuple[bytes | None, int]]] = {t: {} for t in sources}
     history: list[Rec] = []
+    laned: set[str] = set()
 
     def on_record(m: Message) -> None:
         topic, key, value = m.topic() or "", m.key() or b"", m.value()
         if topic == t_history:
             history.append((key, value, m.timestamp()[1], -1))
-        elif not (topic == t_state and value is not None and record_type(value) is ShardState):
-            latest[topic][key] = (value, m.timestamp()[1])  # old shards' cursors are replaced below
+        elif topic == t_state and value is not None and record_type(value) is ShardState:
+            # replaced below; a tenant with a lane here has schedules to arm, registered or not
+            laned.update(c.tenant for c in decode(value, ShardState).cursors)
+        else:
+            latest[topic][key] = (value, m.timestamp()[1])
 
     _read(old, sorted(sources), on_record)
     for src, dst in sources.items():
         kept: list[Rec] = [(k, v, ts, -1) for k, (v, ts) in latest[src].items() if v is not None]
         plan.records[dst] = history if src == t_history else kept
     plan.schedules = len(plan.records[topic_name(new, "schedules")])
-    plan.records[topic_name(new, "state")] += new_shard_states(new, plan.tenants, cutover)
+    plan.records[topic_name(new, "state")] += new_shard_states(new, plan.tenants | laned, cutover)
     return plan
 
 
