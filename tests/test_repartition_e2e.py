@@ -3,11 +3,11 @@ cutover instant C, with schedules firing on both sides of it (docs/operations.md
 
 The old side's processor runs with ``emit_until = C``; the migration is first killed with
 SIGKILL midway through its transaction, then run again; the new side's processor takes over.
-Both sides' dispatch topics are read ``read_committed`` from the start (the worker's view) and
-the occurrence ids compared with the exact set computed here from the specs (the domain's
-``occurrence_id``): 0 missing, 0 duplicates; the paused schedule stays paused, the updated one
-keeps its version. Both processors run in-process on an injected clock (cron has minute
-resolution: waiting for real minutes would make this slow).
+A real worker runs on each side (the old one until its side is drained); what they ran and both
+sides' dispatch topics (read ``read_committed`` from the start) are compared with the exact set
+computed here from the specs (the domain's ``occurrence_id``): 0 missing, 0 duplicates; the
+paused schedule stays paused, the updated one keeps its version. Both processors run in-process
+on an injected clock (cron has minute resolution: waiting for real minutes would make this slow).
 """
 
 from __future__ import annotations
@@ -43,11 +43,14 @@ from scheduler.repartition import (
     cursor_problems,
     repartition,
     shard_cursors,
+    unapplied_commands,
 )
 from scheduler.settings import Settings
 from scheduler.tenant_admin import apply_all
 from scheduler.tenants import Tenant, add_tenant
 from scheduler.topology import topic_name
+from scheduler.worker import Context, Worker
+from tests.test_attempts_e2e import Running
 from tests.test_processor_failover import (
     InProcess,
     TopicReader,
@@ -131,6 +134,17 @@ def wait_until(what: str, ok: object, timeout_s: float = 60) -> None:
         time.sleep(0.3)
 
 
+def start_worker(settings: Settings, ran: list[tuple[str, str]], side: str) -> Running:
+    """A real worker of ``settings``' namespace; ``ran`` gets (side, occurrence id) per execution."""
+    def h(ctx: Context) -> None:
+        ran.append((side, ctx.occurrence_id))
+
+    w = Worker(settings, tenant=TENANT.name, handlers={"h": h}, grace_s=1, heartbeat_s=0.5)
+    r = Running(w)
+    assert w.wait_ready(60)
+    return r
+
+
 def run_cli(old: Settings, new: Settings, cutover: int, **env: str) -> subprocess.CompletedProcess[str]:
     e = {**os.environ, "KSCHED_NAMESPACE": old.namespace, "KSCHED_PARTITIONS": str(old.partitions),
          "KSCHED_TENANTS_FILE": str(old.tenants_file), **env}
@@ -153,7 +167,11 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
                                 at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)))
             for t in range(cutover - 3, cutover + 3)]
 
+    ran: list[tuple[str, str]] = []
+    # leases far longer than the clock's steps: a step must not expire a running attempt
+    old, new = old.replace(lease_s=3600, start_lease_s=3600), new.replace(lease_s=3600, start_lease_s=3600)
     old_proc = InProcess(old.replace(emit_until=cutover), tenants, clock)
+    old_worker = start_worker(old, ran, "old")
     try:
         old_proc.wait_owning(old.partitions)
         specs = [cron, cron, cron, flexible, *ones]
@@ -166,7 +184,12 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
         wait_until("every old shard at the cutover", lambda: not cursor_problems(old, cutover))
         with pytest.raises(RepartitionError, match="still running"):
             repartition(old, new.namespace, NEW_PARTITIONS, cutover)
+        # the old side drains: its worker runs what it dispatched, its processor applies the reports
+        wait_until("the old side's occurrences run",
+                   lambda: {o.occurrence_id for o in dispatched(old)} <= {oid for _, oid in ran})
+        wait_until("the old side's reports applied", lambda: not unapplied_commands(old))
     finally:
+        old_worker.stop()
         old_proc.stop()
 
     with pytest.raises(RepartitionError, match="only grows"):
@@ -188,6 +211,7 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
     assert after[paused].state == "PAUSED" and after[updated].version == 2
 
     new_proc = InProcess(new, tenants, clock)
+    new_worker = start_worker(new, ran, "new")
     try:
         new_proc.wait_owning(NEW_PARTITIONS)
         clock.at = minute + 179  # M+120's flexible fire is available by M+179; M+180 is not due
@@ -196,10 +220,12 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
         expected = {occurrence_id(sid, v, f) for sid, v in versions.items() for f in fires}
         once = dict(zip(range(cutover - 3, cutover + 3), once_ids, strict=True))
         expected |= {occurrence_id(sid, 1, t) for t, sid in once.items()}
-        wait_until("every expected occurrence dispatched",
-                   lambda: len(dispatched(old)) + len(dispatched(new)) >= len(expected), 90)
+        wait_until("every expected occurrence run", lambda: len(ran) >= len(expected), 90)
+        time.sleep(3)  # anything extra shows up too
     finally:
+        new_worker.stop()
         new_proc.stop()
+    assert_exactly_once([oid for _, oid in ran], expected)  # what the workers ran, both sides
     old_occ, new_occ = dispatched(old), dispatched(new)
     old_ids, new_ids = [o.occurrence_id for o in old_occ], [o.occurrence_id for o in new_occ]
     twice = [(side, o) for side, occs in (("old", old_occ), ("new", new_occ)) for o in occs
