@@ -58,7 +58,7 @@ from tests.test_processor_failover import (
     create_commands,
 )
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]  # 60-160 s here: two processor generations, a killed copy
 
 TENANT = Tenant(name="rp", trigger_rate_per_s=0)
 NEW_PARTITIONS = 3
@@ -89,11 +89,13 @@ def sides(kafka_settings: Settings, tmp_path: Path) -> Iterator[tuple[Settings, 
     drop_namespace(old)
 
 
-def command(
-    settings: Settings, sid: str, kind: str, at: float, spec: ScheduleSpec | None = None
-) -> CommandResult:
-    """Send one command for ``sid`` and wait for its answer."""
-    t_results = topic_name(settings, "results", TENANT.name)
+def once_spec(t: int) -> ScheduleSpec:
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+    return ScheduleSpec(kind="once", at=at, timezone="UTC", handler="h", max_lateness_s=600)
+
+
+def send(settings: Settings, sid: str, kind: str, at: float, spec: ScheduleSpec | None = None) -> str:
+    """Produce one command for ``sid`` (issued at ``at``, the processors' time); its request id."""
     rid = uuid.uuid4().hex
     cmd = ScheduleCommand(request_id=rid, tenant=TENANT.name, schedule_id=sid, kind=kind,  # type: ignore[arg-type]
                           spec=None if spec is None else ScheduleSpecRecord.from_domain(spec),
@@ -101,7 +103,15 @@ def command(
     p = producer(settings.kafka())
     p.produce(topic_name(settings, "commands", TENANT.name), encode(cmd), sid.encode())
     assert p.flush(30) == 0
-    reader = TopicReader(settings, [t_results], CommandResult)
+    return rid
+
+
+def command(
+    settings: Settings, sid: str, kind: str, at: float, spec: ScheduleSpec | None = None
+) -> CommandResult:
+    """Send one command for ``sid`` and wait for its answer."""
+    rid = send(settings, sid, kind, at, spec)
+    reader = TopicReader(settings, [topic_name(settings, "results", TENANT.name)], CommandResult)
     try:
         reader.read_until(lambda seen: any(s.value.request_id == rid for s in seen), 60, settle_s=0)
         return next(s.value for s in reader.seen if s.value.request_id == rid)
@@ -145,11 +155,13 @@ def start_worker(settings: Settings, ran: list[tuple[str, str]], side: str) -> R
     return r
 
 
-def run_cli(old: Settings, new: Settings, cutover: int, **env: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    old: Settings, new: Settings, cutover: int, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     e = {**os.environ, "KSCHED_NAMESPACE": old.namespace, "KSCHED_PARTITIONS": str(old.partitions),
          "KSCHED_TENANTS_FILE": str(old.tenants_file), **env}
     argv = [sys.executable, "-m", "scheduler", "repartition", "--to", new.namespace,
-            "--partitions", str(new.partitions), "--cutover", str(cutover)]
+            "--partitions", str(new.partitions), "--cutover", str(cutover), *args]
     return subprocess.run(argv, env=e, capture_output=True, text=True, timeout=180)
 
 
@@ -163,9 +175,7 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
     tenants = {TENANT.name: TENANT}
     cron = ScheduleSpec(kind="cron", cron="* * * * *", timezone="UTC", handler="h", max_lateness_s=600)
     flexible = dataclasses.replace(cron, window_minutes=1)
-    ones = [dataclasses.replace(cron, kind="once", cron=None,
-                                at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)))
-            for t in range(cutover - 3, cutover + 3)]
+    ones = [once_spec(t) for t in range(cutover - 3, cutover + 3)]
 
     ran: list[tuple[str, str]] = []
     # leases far longer than the clock's steps: a step must not expire a running attempt
@@ -191,6 +201,19 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
     finally:
         old_worker.stop()
         old_proc.stop()
+    check = run_cli(old, new, cutover, "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    # a command that reaches the old side after its processors stopped: refused until applied
+    late = uuid.uuid4().hex
+    send(old, late, "CREATE", clock(), once_spec(minute + 86_400))
+    with pytest.raises(RepartitionError, match="not applied yet"):
+        repartition(old, new.namespace, NEW_PARTITIONS, cutover)
+    old_proc = InProcess(old.replace(emit_until=cutover), tenants, clock)  # restarted: still at C - 1
+    try:
+        wait_until("the late command applied", lambda: not unapplied_commands(old))
+    finally:
+        old_proc.stop()
 
     with pytest.raises(RepartitionError, match="only grows"):
         repartition(old, new.namespace, 1, cutover)
@@ -208,7 +231,7 @@ def test_repartition_moves_every_schedule_exactly_once_across_the_cutover(
     before, after = schedules_of(old), schedules_of(new)
     assert {sid: (s.version, s.state, s.spec) for sid, s in after.items()} == {
         sid: (s.version, s.state, s.spec) for sid, s in before.items()}
-    assert after[paused].state == "PAUSED" and after[updated].version == 2
+    assert after[paused].state == "PAUSED" and after[updated].version == 2 and late in after
 
     new_proc = InProcess(new, tenants, clock)
     new_worker = start_worker(new, ran, "new")
