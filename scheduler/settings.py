@@ -62,6 +62,9 @@ class Settings:
     tick_budget: int = 20_000  # max dispatches per shard per transaction
     lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
     finished_retention_s: int = 7 * 86_400  # COMPLETED / CANCELED schedules kept this long, then purged
+    # Blue/green repartition (docs/operations.md): emit nothing whose time is at or after this
+    # epoch second (0: no limit), so the old side of a migration stops at the cutover instant.
+    emit_until: int = 0
     start_lease_s: int = 300  # a tracked occurrence not STARTED this long after its dispatch is retried
     # A processor that stops heartbeating loses its shards after this long (docs/operations.md):
     # part of the failover time a strict occurrence can see. Brokers refuse less than their

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "queries_cmd",
     "api_cmd",
     "dlq_cmd",
+    "repartition_cmd",
     "demo_cmd",
     "bench_cmd",
 )

@@ -214,7 +214,7 @@ class Processor:
     def _poll_timeout(self) -> float:
         """Until the next tick, or sooner when a shard has work due before it."""
         tick = self.settings.tick_interval_ms / 1000
-        now = self.clock()
+        now = self._emit_clock(self.clock())
         soonest = tick
         for owned in self.owned.values():
             wait = owned.shard.catch_up_wait_s(now)
@@ -228,6 +228,13 @@ class Processor:
                 if nd is not None:
                     soonest = min(soonest, max(0.0, nd - now))
         return soonest
+
+    def _emit_clock(self, now: float) -> float:
+        """``now`` for emission: held one second before ``emit_until`` when that is set, so the old
+        side of a repartition gives a fate to everything before the cutover and to nothing after
+        (its lane cursors stop at ``(cutover - 1, DONE)``, which ``ksched repartition`` checks)."""
+        until = self.settings.emit_until
+        return min(now, until - 1) if until else now
 
     # -- one tick: the checkpoint's steps in order ------------------------------
     def _tick(self, owned: OwnedShard, msgs: list[Message], clock: float) -> Checkpoint | None:
@@ -243,7 +250,8 @@ class Processor:
                 if self.inbox.take(owned.shard, cp, m, now):
                     owned.rebuild = True
             self.quotas.attach(owned.shard)
-            cp.due(owned.shard.due(now, self.tick_budget, clock))  # 2. the occurrences now due
+            # 2. the occurrences now due
+            cp.due(owned.shard.due(int(self._emit_clock(now)), self.tick_budget, clock))
             cp.write_state()  # 3
             p = owned.partition.partition
             if (demand := self.quotas.report(p, clock)) is not None:  # 3. about once a second
