@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from scheduler.kafka.reader import watermarks
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.restore import RecordApplier, RestoreStats, restore_consumer
 from scheduler.processor.shard import Shard
@@ -159,10 +160,11 @@ class Standby:
         self._stats.clear()
 
     def _start(self, p: int) -> None:
-        if self._consumer is None:
+        if self._consumer is None or self._tail is None:
             self._consumer = restore_consumer(self.settings)  # its end events serve warm_up
             self._tail = restore_consumer(self.settings)
-            self._tail.list_topics(self._apply.t_state, timeout=10)  # connect now, not at the take
+        # Connected now to the partitions' leader, not at the take (asking costs a round trip).
+        watermarks(self._tail, TopicPartition(self._apply.t_state, p), timeout_s=10)
         copy = WarmCopy(self.new_shard(p))
         self.copies[p], self._shards[p], self._stats[p] = copy, copy.shard, RestoreStats()
         self._consumer.incremental_assign(
