@@ -78,6 +78,11 @@ class Settings:
     # History store (ksched history): empty = the SQLite file history.db in the data dir; else
     # sqlite:///PATH, a file path, or a PostgreSQL URL / libpq string (docs/history.md).
     history_dsn: str = ""
+    # How the processor frames the records other services read (docs/contract.md, "Framing"):
+    # single-object (Avro's own, no extra service) or confluent (00 + registry schema id) against
+    # the Confluent-compatible schema registry API at schema_registry_url. Readers decode both.
+    record_framing: str = "single-object"  # single-object | confluent
+    schema_registry_url: str = ""  # e.g. http://127.0.0.1:8080/apis/ccompat/v7 (Apicurio)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -202,7 +207,30 @@ def _validate(s: Settings) -> Settings:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:
         raise SettingsError(f"setting tick_interval_ms: {s.tick_interval_ms} must be positive")
+    _validate_framing(s)
     return s
+
+
+RECORD_FRAMINGS = ("single-object", "confluent")
+
+
+def _validate_framing(s: Settings) -> None:
+    if s.record_framing not in RECORD_FRAMINGS:
+        raise SettingsError(
+            f"setting record_framing: {s.record_framing!r} is not one of {', '.join(RECORD_FRAMINGS)}; "
+            "set KSCHED_RECORD_FRAMING"
+        )
+    if s.record_framing == "confluent" and not s.schema_registry_url:
+        raise SettingsError(
+            "setting record_framing is confluent but schema_registry_url is empty: set "
+            "KSCHED_SCHEMA_REGISTRY_URL to the registry's Confluent-compatible base URL (Apicurio: "
+            "http://HOST:PORT/apis/ccompat/v7), or KSCHED_RECORD_FRAMING=single-object"
+        )
+    if s.schema_registry_url and not s.schema_registry_url.startswith(("http://", "https://")):
+        raise SettingsError(
+            f"setting schema_registry_url: {s.schema_registry_url!r} is not an http(s) URL; "
+            "set KSCHED_SCHEMA_REGISTRY_URL to e.g. http://127.0.0.1:8080/apis/ccompat/v7"
+        )
 
 
 def load_settings(env: dict[str, str] | None = None, config_file: Path | None = None) -> Settings:

@@ -122,6 +122,13 @@ class Processor:
             except BaseException:
                 self.quotas.close()
                 raise
+        try:  # confluent framing: the known tenants' subjects before the first record (fails fast)
+            self.checkpoints.topics.frame_tenants(self.tenants)
+        except BaseException:
+            if self.registry is not None:
+                self.registry.close()
+            self.quotas.close()
+            raise
         self.consumer = Consumer(cfg)
         self.ownership.join(self.consumer)
         log.info("processor %s joined group %s", self.instance_id, self.ownership.group_id)
@@ -159,6 +166,7 @@ class Processor:
         if self.registry is not None:
             self.registry.poll()  # never blocks; a change is in force for this iteration's ticks
         self.ownership.follow_tenants()  # a new tenant's commands are read from this poll on
+        self.checkpoints.topics.frame_tenants(self.tenants)  # a new tenant's subjects, before its records
         self.quotas.poll(self.owned, self.clock())  # never blocks: the other shards' demand
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in self._poll(self._prepare_ahead(self._poll_timeout())):
@@ -195,7 +203,7 @@ class Processor:
         for owned in list(self.owned.values()):
             while time.monotonic() < deadline:
                 batch = owned.shard.to_prepare(until, 500)
-                wire.prepare_heads(batch)
+                wire.prepare_heads(batch, self.checkpoints.topics.dispatch_header)
                 if len(batch) < 500:
                     break
         return max(0.0, idle_s - (time.monotonic() - started))
