@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.access import ADMIN_USER
 from scheduler.kafka.connection import MECHANISMS, PROTOCOLS, KafkaConnection, resolve
+from scheduler.records import schema_ids
 
 
 def _cache_home() -> Path:
@@ -261,4 +262,6 @@ def load_settings(env: dict[str, str] | None = None, config_file: Path | None = 
         raw = env.get(f"KSCHED_{name.upper()}")
         if raw is not None:
             values[name] = _coerce(name, raw, default)
-    return _validate(dataclasses.replace(base, **values))
+    settings = _validate(dataclasses.replace(base, **values))
+    schema_ids.settings_loaded(settings.schema_registry_url)  # the registry readers of 00-framed records ask
+    return settings

@@ -2,9 +2,10 @@
 
 Every reader of ksched records (processor inbox, worker, SDK, history indexer, reconciler, DLQ,
 status) decodes through :mod:`scheduler.records.codec`, which sends a value starting with byte
-``00`` here. The registry is the one :func:`use_registry` set (a processor sets its own), else
-the ``schema_registry_url`` setting (``KSCHED_SCHEMA_REGISTRY_URL``), read when the first such
-record arrives: a reader needs no flag to follow a namespace that switches framing.
+``00`` here. The registry is the one :func:`use_registry` set (a processor in Confluent framing sets its own),
+else the ``schema_registry_url`` setting (``KSCHED_SCHEMA_REGISTRY_URL``) of the settings the
+process loaded (``load_settings`` tells this module): a reader needs no flag of its own to follow a
+namespace that switches framing.
 
 Registry ids never change meaning, so an answer is kept for the process's life. A refusal (an
 unknown id: hostile or foreign input) or an unreachable registry is kept for a few seconds, so
@@ -25,20 +26,34 @@ FAILURE_TTL_S = 5.0
 _MAX_FAILURES = 1024
 
 _lock = threading.Lock()
-_url: str | None = None  # None: not decided yet (the setting is read on first use)
+_url: str | None = None  # None: no settings loaded and no registry chosen
+_explicit = False  # use_registry chose _url: settings loaded later do not change it
 _known: dict[int, bytes] = {}  # schema id -> CRC-64-AVRO fingerprint of its canonical form
 _failed: dict[int, tuple[float, str]] = {}  # schema id -> (until, message)
 
 
 def use_registry(url: str | None) -> None:
-    """Resolve ids with the registry at ``url`` (Confluent-compatible base); "" means none, None
-    means the setting, read on the next Confluent-framed record."""
-    global _url
+    """Resolve ids with the registry at ``url`` (Confluent-compatible base; "" means none) from now
+    on, whatever settings load later; None gives the choice back to the settings."""
+    global _explicit
     with _lock:
-        if url != _url:
-            _url = url
-            _known.clear()
-            _failed.clear()
+        _explicit = url is not None
+        _set(url)
+
+
+def settings_loaded(url: str) -> None:
+    """The ``schema_registry_url`` of settings just loaded: used unless :func:`use_registry` chose."""
+    with _lock:
+        if not _explicit:
+            _set(url)
+
+
+def _set(url: str | None) -> None:
+    global _url
+    if url != _url:
+        _url = url
+        _known.clear()
+        _failed.clear()
 
 
 def fingerprint(schema_id: int) -> bytes:
@@ -86,12 +101,4 @@ def _fetch(url: str, schema_id: int) -> bytes:
 
 
 def _registry_url() -> str:
-    global _url
-    if _url is None:
-        from scheduler.settings import load_settings  # late: settings are not a dependency of records
-
-        try:
-            use_registry(load_settings().schema_registry_url)
-        except ValueError as exc:  # SettingsError: the message names the setting and the fix
-            raise RecordDecodeError(f"Confluent-framed record, but the settings do not load: {exc}") from None
     return _url or ""
