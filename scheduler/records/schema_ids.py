@@ -2,10 +2,10 @@
 
 Every reader of ksched records (processor inbox, worker, SDK, history indexer, reconciler, DLQ,
 status) decodes through :mod:`scheduler.records.codec`, which sends a value starting with byte
-``00`` here. The registry is the one :func:`use_registry` set (a processor in Confluent framing sets its own),
-else the ``schema_registry_url`` setting (``KSCHED_SCHEMA_REGISTRY_URL``) of the settings the
-process loaded (``load_settings`` tells this module): a reader needs no flag of its own to follow a
-namespace that switches framing.
+``00`` here. The registry is the one :func:`use_registry` set (a processor in Confluent framing
+sets its own), else the ``schema_registry_url`` setting (``KSCHED_SCHEMA_REGISTRY_URL``) of the
+settings the process loaded (``load_settings`` tells this module): a reader needs no flag of its
+own to follow a namespace that switches framing.
 
 Registry ids never change meaning, so an answer is kept for the process's life. A refusal (an
 unknown id: hostile or foreign input) or an unreachable registry is kept for a few seconds, so
