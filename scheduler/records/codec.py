@@ -8,6 +8,10 @@ The body is the plain Avro binary encoding of the record. The fingerprint names
 the writer schema: the current one in ``schemas/`` or a released one in
 ``schemas/history/``; data written with an older version is resolved against
 the current (reader) schema, so new fields take their defaults.
+
+A value starting with ``00`` is in the Confluent wire format instead (``00`` | 4-byte schema id |
+the same body; :mod:`scheduler.records.framing`): the id is resolved to a fingerprint through
+the schema registry (:mod:`scheduler.records.schema_ids`), so every decoder reads both framings.
 """
 
 from __future__ import annotations
