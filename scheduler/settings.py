@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.access import ADMIN_USER
 from scheduler.kafka.connection import MECHANISMS, PROTOCOLS, KafkaConnection, resolve
+from scheduler.records import schema_ids
 
 
 def _cache_home() -> Path:
@@ -88,6 +89,11 @@ class Settings:
     # History store (ksched history): empty = the SQLite file history.db in the data dir; else
     # sqlite:///PATH, a file path, or a PostgreSQL URL / libpq string (docs/history.md).
     history_dsn: str = ""
+    # How the processor frames the records other services read (docs/contract.md, "Framing"):
+    # single-object (Avro's own, no extra service) or confluent (00 + registry schema id) against
+    # the Confluent-compatible schema registry API at schema_registry_url. Readers decode both.
+    record_framing: str = "single-object"  # single-object | confluent
+    schema_registry_url: str = ""  # e.g. http://127.0.0.1:8080/apis/ccompat/v7 (Apicurio)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -196,6 +202,7 @@ def _validate(s: Settings) -> Settings:
     _validate_processor(s)
     if s.api_rate_per_s < 0:
         raise SettingsError(f"setting api_rate_per_s: {s.api_rate_per_s} must be 0 (no limit) or more")
+    _validate_framing(s)
     return s
 
 
@@ -229,6 +236,28 @@ def _validate_processor(s: Settings) -> None:
         raise SettingsError(f"setting tick_interval_ms: {s.tick_interval_ms} must be positive")
 
 
+RECORD_FRAMINGS = ("single-object", "confluent")
+
+
+def _validate_framing(s: Settings) -> None:
+    if s.record_framing not in RECORD_FRAMINGS:
+        raise SettingsError(
+            f"setting record_framing: {s.record_framing!r} is not one of {', '.join(RECORD_FRAMINGS)}; "
+            "set KSCHED_RECORD_FRAMING"
+        )
+    if s.record_framing == "confluent" and not s.schema_registry_url:
+        raise SettingsError(
+            "setting record_framing is confluent but schema_registry_url is empty: set "
+            "KSCHED_SCHEMA_REGISTRY_URL to the registry's Confluent-compatible base URL (Apicurio: "
+            "http://HOST:PORT/apis/ccompat/v7), or KSCHED_RECORD_FRAMING=single-object"
+        )
+    if s.schema_registry_url and not s.schema_registry_url.startswith(("http://", "https://")):
+        raise SettingsError(
+            f"setting schema_registry_url: {s.schema_registry_url!r} is not an http(s) URL; "
+            "set KSCHED_SCHEMA_REGISTRY_URL to e.g. http://127.0.0.1:8080/apis/ccompat/v7"
+        )
+
+
 def load_settings(env: dict[str, str] | None = None, config_file: Path | None = None) -> Settings:
     """Build the effective settings.
 
@@ -257,4 +286,6 @@ def load_settings(env: dict[str, str] | None = None, config_file: Path | None = 
         raw = env.get(f"KSCHED_{name.upper()}")
         if raw is not None:
             values[name] = _coerce(name, raw, default)
-    return _validate(dataclasses.replace(base, **values))
+    settings = _validate(dataclasses.replace(base, **values))
+    schema_ids.settings_loaded(settings.schema_registry_url)  # the registry readers of 00-framed records ask
+    return settings

@@ -1,13 +1,16 @@
 """Issue 17, item 3 (first part): the Confluent wire format and the Confluent-compatible registry
 API against a real Apicurio Registry; a consumer in another stack (confluent-kafka's
 ``AvroDeserializer``) decodes a ksched dispatch record framed for the registry with nothing but
-the registry. The processor's framing setting is not built yet (docs/decisions.md)."""
+the registry; every reader decodes both framings, and hostile frames are decode errors. The
+processor in Confluent framing end to end: test_registry_e2e.py."""
 
 from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -17,17 +20,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 from registry_fixture import schema_registry
 
-from scheduler.records import Occurrence, decode
+from scheduler.history.readers import dispatch_fields
+from scheduler.processor.checkpoint import Topics
+from scheduler.records import (
+    CommandResult,
+    Occurrence,
+    current_schema,
+    decode,
+    decode_fields,
+    encode,
+    record_type,
+    schema_ids,
+)
 from scheduler.records.dispatch import dispatch_head, dispatch_tail, dispatch_value
 from scheduler.records.errors import RecordDecodeError
+from scheduler.records.framer import Framer
 from scheduler.records.framing import (
     MAX_SCHEMA_ID,
     confluent_header,
     single_object_to_confluent,
     split_confluent,
 )
-from scheduler.records.registry import RegistryClient, subject_for
+from scheduler.records.registry import RegistryClient, RegistryError, subject_for
 from scheduler.records.schemas import LoadedSchema, expand, history_names, load_definitions, load_expanded
+from scheduler.settings import SettingsError, load_settings
 
 __all__ = ["schema_registry"]  # a fixture, used by name
 
@@ -112,3 +128,71 @@ def test_confluents_avro_deserializer_reads_a_ksched_dispatch_record(schema_regi
         "payload": b"\x00hi\xff", "deadline_ms": None,
     }
     assert (ours.occurrence_id, ours.lane, ours.payload) == (got["occurrence_id"], "FLEXIBLE", b"\x00hi\xff")
+
+
+@pytest.fixture
+def registry_at() -> Iterator[Callable[[str], None]]:
+    """Point the codec's id lookup somewhere for one test, then back to the setting."""
+    yield schema_ids.use_registry
+    schema_ids.use_registry(None)
+
+
+def _occurrence() -> Occurrence:
+    head = dispatch_head("o-2", "s-2", "acme", 1, 1_798_761_600_000, 1_798_761_600_000)
+    tail = dispatch_tail(1, "STRICT", "h", b"p", None)
+    return decode(dispatch_value(head, 1_798_761_600_100, tail), Occurrence)
+
+
+def test_every_reader_takes_both_framings_once_an_id_is_known(registry_at: Callable[[str], None]) -> None:
+    registry_at("http://127.0.0.1:9/unused")
+    schema_ids._known[7] = current_schema(Occurrence).fingerprint  # as a registry answer would be cached
+    occ = _occurrence()
+    framed = encode(occ, confluent_header(7))
+    assert framed == single_object_to_confluent(encode(occ), 7)  # one encode, a 5-byte header
+    assert decode(framed, Occurrence) == occ == decode(encode(occ), Occurrence)
+    assert record_type(framed) is Occurrence and decode_fields(framed, Occurrence)["tenant"] == "acme"
+    assert dispatch_fields(framed)[:3] == ("o-2", "s-2", "acme")  # the lean readers fall back to the codec
+    with pytest.raises(RecordDecodeError, match="wrong record type: got Occurrence, expected CommandResult"):
+        decode(framed, CommandResult)
+
+
+@given(st.binary(max_size=40))
+def test_hostile_confluent_frames_are_decode_errors(tail: bytes) -> None:
+    schema_ids.use_registry("http://127.0.0.1:9/unused")
+    schema_ids._known[7] = current_schema(Occurrence).fingerprint
+    try:
+        with pytest.raises(RecordDecodeError):
+            decode(b"\x00\x00\x00\x00\x07" + tail, Occurrence)
+        with pytest.raises(RecordDecodeError, match=r"too short: .* Confluent-framed"):
+            decode(b"\x00" + tail[:3])
+    finally:
+        schema_ids.use_registry(None)
+
+
+def test_an_unknown_id_without_a_reachable_registry_says_what_to_set(
+    registry_at: Callable[[str], None],
+) -> None:
+    registry_at("")
+    with pytest.raises(RecordDecodeError, match="no schema registry is configured: set schema_registry_url"):
+        decode(b"\x00\x00\x00\x00\x09\x02")
+    registry_at("http://127.0.0.1:9/apis/ccompat/v7")
+    with pytest.raises(RecordDecodeError, match=r"schema id 9: schema registry at .* unreachable"):
+        decode(b"\x00\x00\x00\x00\x09\x02")
+    started = time.monotonic()
+    with pytest.raises(RecordDecodeError, match="unreachable"):  # remembered: no request per record
+        decode(b"\x00\x00\x00\x00\x09\x04")
+    assert time.monotonic() - started < 0.05
+
+
+def test_confluent_framing_needs_a_registry_url_and_an_unreachable_one_stops_the_start(
+    registry_at: Callable[[str], None],
+) -> None:
+    with pytest.raises(SettingsError, match="schema_registry_url is empty: set KSCHED_SCHEMA_REGISTRY_URL"):
+        load_settings(env={"KSCHED_RECORD_FRAMING": "confluent"})
+    with pytest.raises(SettingsError, match="record_framing: 'avro' is not one of single-object, confluent"):
+        load_settings(env={"KSCHED_RECORD_FRAMING": "avro"})
+    settings = load_settings(env={"KSCHED_RECORD_FRAMING": "confluent",
+                                  "KSCHED_SCHEMA_REGISTRY_URL": "http://127.0.0.1:9/apis/ccompat/v7"})
+    with pytest.raises(RegistryError, match=r"unreachable.*check the registry URL"):
+        Topics(settings).frame_tenants(["acme"])
+    assert Framer().encode(_occurrence(), "any") == encode(_occurrence())  # single-object: as before

@@ -52,6 +52,11 @@ def register(sub: Any) -> None:
         help="with --processors 2 or more: SIGKILL the first processor S seconds before the instant "
              "(a failover at the top of the hour); the others must take its shards and fire them",
     )
+    p.add_argument(
+        "--record-framing", choices=("single-object", "confluent"), default=None,
+        help="the processor's record framing (default: the record_framing setting); confluent needs "
+             "schema_registry_url (KSCHED_SCHEMA_REGISTRY_URL)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -233,8 +238,15 @@ def _run(args: argparse.Namespace) -> int:
             raise SystemExit(f"--kill-processor {args.kill_processor}: needs --processors 2 or more "
                              "(someone must take the killed processor's shards)")
         pfault = ProcessorFault(args.kill_processor)
-    space = bench_namespace([Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names])
+    framing = {"KSCHED_RECORD_FRAMING": args.record_framing} if args.record_framing else {}
+    tenants = [Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names]
+    space = bench_namespace(tenants, **framing)
     ns, env, settings, admin = space.name, space.env, space.settings, space.admin
+    if settings.record_framing == "confluent":  # this process decodes the results and the burst too
+        from scheduler.records import schema_ids
+
+        schema_ids.use_registry(settings.schema_registry_url)
+    print(f"record framing: {settings.record_framing}")
     bs = settings.kafka()
 
     # 1. The baseline: a plain producer, same settings.
@@ -304,6 +316,7 @@ def _run(args: argparse.Namespace) -> int:
     app.sort()
     out = {
         "schedules": n,
+        "record_framing": settings.record_framing,
         "processors": max(1, args.processors),
         "tenants": ntenants,
         "flexible_share": args.flexible_share,

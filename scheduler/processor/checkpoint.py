@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -47,6 +47,9 @@ from scheduler.processor.failpoints import FailpointHook
 from scheduler.processor.model import DueOccurrence, Entry, Event
 from scheduler.processor.outputs import CommandOutcome, TickOutput
 from scheduler.processor.ownership import Loss, OwnedShard
+from scheduler.records import CommandResult, DlqEntry, Occurrence, OccurrenceEvent, Record
+from scheduler.records.framer import Framer
+from scheduler.records.registry import RegistryClient
 from scheduler.settings import Settings
 from scheduler.topology import tenant_of, topic_name
 
@@ -66,11 +69,22 @@ class TransactionOrderError(RuntimeError):
     """A checkpoint step ran after a later one, or after the checkpoint closed."""
 
 
+# The records other services read, framed per the record_framing setting (docs/contract.md).
+FRAMED: tuple[tuple[type[Record], str], ...] = (
+    (Occurrence, "dispatch"), (CommandResult, "results"), (OccurrenceEvent, "occurrence-events"),
+    (DlqEntry, "dlq"),
+)
+
+
 class Topics:
-    """The topic names a checkpoint writes to (per-tenant names made once)."""
+    """The topic names a checkpoint writes to (per-tenant names made once), and the header each
+    framed record type carries on them."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        confluent = settings.record_framing == "confluent"
+        self.framer = Framer(RegistryClient(url=settings.schema_registry_url) if confluent else None)
+        self._framed_tenants: set[str] = set()
         self.schedules = topic_name(settings, "schedules")
         self.history = topic_name(settings, "schedule-history")
         self.state = topic_name(settings, "state")
@@ -93,6 +107,24 @@ class Topics:
         if topic is None:
             topic = self._per_tenant[(name, tenant)] = topic_name(self.settings, name, tenant)
         return topic
+
+    def header(self, cls: type[Record], name: str, tenant: str) -> bytes:
+        return self.framer.header(cls, self.of(name, tenant))
+
+    def dispatch_header(self, tenant: str) -> bytes:
+        return self.framer.header(Occurrence, self.of("dispatch", tenant))
+
+    def frame_tenants(self, tenants: Iterable[str]) -> None:
+        """Confluent framing: register (or look up) the framed schemas under the subjects of the
+        tenants' topics not met yet, before any of their records is written (RegistryError names
+        the fix). Nothing to do in single-object framing."""
+        if not self.framer.confluent:
+            return
+        for tenant in tenants:
+            if tenant not in self._framed_tenants:
+                for cls, name in FRAMED:
+                    self.header(cls, name, tenant)
+                self._framed_tenants.add(tenant)
 
 
 class Checkpoint:
@@ -156,14 +188,16 @@ class Checkpoint:
     def result(self, outcome: CommandOutcome, now: int, tenant: str) -> None:
         """A command's answer on the results topic of ``tenant``, whose commands topic it came on."""
         self._at(PRODUCE)
-        value = wire.encode_result(outcome, now)
+        header = self._registry.topics.header(CommandResult, "results", tenant)
+        value = wire.encode_result(outcome, now, header)
         self._produce(self._registry.topics.of("results", tenant), value, outcome.request_id.encode())
 
     def undecodable(self, offset: int | None, key: bytes | None, reason: str, now: int, tenant: str) -> None:
         """The answer to a record of ``commands.<tenant>[p]`` that is not a command or a report."""
         self._at(PRODUCE)
         rid = f"undecodable-{self._p}-{offset}"
-        value = wire.encode_undecodable_result(rid, self._p, offset or 0, key, reason, now)
+        header = self._registry.topics.header(CommandResult, "results", tenant)
+        value = wire.encode_undecodable_result(rid, self._p, offset or 0, key, reason, now, header)
         self._produce(self._registry.topics.of("results", tenant), value, rid.encode())
 
     def schedule_change(self, entry: Entry, kind: str, request_id: str, now: int) -> None:
@@ -186,11 +220,13 @@ class Checkpoint:
         topics, shard = self._registry.topics, self.owned.shard
         for ev in events:
             topic = topics.of("occurrence-events", ev.tenant)
-            self._produce(topic, wire.encode_event(ev, now), ev.schedule_id.encode(), self._p)
+            value = wire.encode_event(ev, now, topics.header(OccurrenceEvent, "occurrence-events", ev.tenant))
+            self._produce(topic, value, ev.schedule_id.encode(), self._p)
             k = (ev.tenant, ev.state)
             self.events[k] = self.events.get(k, 0) + 1
         for a in dead:
-            value = wire.encode_dead_letter(a, shard.entries.get(a.schedule_id), shard, now)
+            header = topics.header(DlqEntry, "dlq", a.tenant)
+            value = wire.encode_dead_letter(a, shard.entries.get(a.schedule_id), shard, now, header)
             self._produce(topics.of("dlq", a.tenant), value, a.schedule_id.encode(), self._p)
 
     def due(self, out: TickOutput) -> None:
@@ -205,29 +241,31 @@ class Checkpoint:
             if self._registry.fault is not None:  # tests only (emission_faults.py); None otherwise
                 again = self._registry.fault.take(out.dispatch)
         stamp = wire.dispatch_stamp(int(self.clock * 1000))
-        producer, encode_dispatch = self.owned.producer, wire.encode_dispatch
+        producer, header_of = self.owned.producer, topics.dispatch_header
+        encode_dispatch = wire.encode_dispatch
         produce = producer.produce
         by_tenant: dict[str, str] = {}
         probe = self._registry.probe.on_delivery() if out.dispatch and self._registry.probe else None
         if probe is not None:  # the first record carries the clock probe (clock_probe.py)
             first = out.dispatch[0]
             by_tenant[first.tenant] = topics.of("dispatch", first.tenant)
-            self._produce_with(by_tenant[first.tenant], encode_dispatch(first, stamp),
+            self._produce_with(by_tenant[first.tenant], encode_dispatch(first, stamp, header_of),
                                first.schedule_id.encode(), probe)
         rest = out.dispatch[1:] if probe is not None else out.dispatch
         for occ in rest:  # the hot path of a burst (hundreds of thousands): locals only
             topic = by_tenant.get(occ.tenant)
             if topic is None:
                 topic = by_tenant[occ.tenant] = topics.of("dispatch", occ.tenant)
-            value, key = encode_dispatch(occ, stamp), occ.schedule_id.encode()
+            value, key = encode_dispatch(occ, stamp, header_of), occ.schedule_id.encode()
             try:  # produce() itself first: a call less per record than produce_waiting
                 produce(topic, value, key, partition=p)
             except BufferError:  # the client's queue is full: wait for room there
                 produce_waiting(producer, topic, value, key, p)
         for occ in again:  # an emission fault's second copy, outside the transaction (tests only)
             assert self._registry.fault is not None
+            value = encode_dispatch(occ, stamp, header_of)
             self._registry.fault.produce_again(topics.settings, topics.of("dispatch", occ.tenant),
-                                               encode_dispatch(occ, stamp), occ.schedule_id.encode(), p)
+                                               value, occ.schedule_id.encode(), p)
         self.lifecycle(out.events, out.dead, now)
         for entry in out.completed:
             self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)

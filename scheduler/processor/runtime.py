@@ -124,6 +124,8 @@ class Processor:
         try:
             if self.registry is not None:
                 self.registry.start()  # the whole registry before the first shard: no command races it
+            # confluent framing: the known tenants' subjects before the first record (fails fast)
+            self.checkpoints.topics.frame_tenants(self.tenants)
             self.ownership.standby.warm_up(WARM_UP_TIMEOUT_S, self._stop.is_set)
         except BaseException:
             self.ownership.standby.close()
@@ -168,6 +170,7 @@ class Processor:
         if self.registry is not None:
             self.registry.poll()  # never blocks; a change is in force for this iteration's ticks
         self.ownership.follow_tenants()  # a new tenant's commands are read from this poll on
+        self.checkpoints.topics.frame_tenants(self.tenants)  # a new tenant's subjects, before its records
         self.quotas.poll(self.owned, self.clock())  # never blocks: the other shards' demand
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for m in self._poll(self._prepare_ahead(self._poll_timeout())):
@@ -206,7 +209,7 @@ class Processor:
         for owned in list(self.owned.values()):
             while time.monotonic() < deadline:
                 batch = owned.shard.to_prepare(until, 500)
-                wire.prepare_heads(batch)
+                wire.prepare_heads(batch, self.checkpoints.topics.dispatch_header)
                 if len(batch) < 500:
                     break
         return max(0.0, idle_s - (time.monotonic() - started))

@@ -7,7 +7,7 @@ The records a shard restores from are in :mod:`scheduler.processor.wire_state`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from scheduler.domain import occurrence_id
@@ -15,7 +15,7 @@ from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import DueOccurrence, Entry, Event
 from scheduler.processor.outputs import CommandOutcome
 from scheduler.processor.store import ShardStore
-from scheduler.records import CommandResult, DlqEntry, OccurrenceEvent, encode
+from scheduler.records import CommandResult, DlqEntry, Occurrence, OccurrenceEvent, encode, schema_header
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
 
@@ -23,20 +23,30 @@ MAX_REASON_CHARS = 2000
 LANE_NAMES: tuple[LaneSymbol, ...] = tuple(lane_symbol(lane) for lane in Lane)  # by Lane value
 
 
+_SINGLE_OBJECT = schema_header(Occurrence)
+
+
+def single_object(tenant: str) -> bytes:
+    """The dispatch header of any tenant in the default framing (Confluent: ``Topics.dispatch_header``)."""
+    return _SINGLE_OBJECT
+
+
 def lit(value: str) -> Any:
     """A state name checked by the shard model, passed where the records want a Literal."""
     return value
 
 
-def prepare_heads(entries: Iterable[Entry]) -> None:
-    """Encode, ahead of time, the head of each armed entry's next dispatch record."""
+def prepare_heads(entries: Iterable[Entry], header_of: Callable[[str], bytes] = single_object) -> None:
+    """Encode, ahead of time, the head of each armed entry's next dispatch record (with the
+    header ``header_of`` gives the entry's tenant)."""
     for e in entries:
         f, avail = e.next_for, e.armed_at
         if f is None or avail is None:
             continue
         sid = e.schedule_id
         e.prepared = dispatch_head(
-            occurrence_id(sid, e.version, f), sid, e.tenant, e.version, f * 1000, avail * 1000
+            occurrence_id(sid, e.version, f), sid, e.tenant, e.version, f * 1000, avail * 1000,
+            header_of(e.tenant),
         )
 
 
@@ -45,18 +55,22 @@ def dispatch_stamp(enqueued_at_ms: int) -> bytes:
     return avro_long(enqueued_at_ms)
 
 
-def encode_dispatch(o: DueOccurrence, stamp: bytes) -> bytes:
+def encode_dispatch(
+    o: DueOccurrence, stamp: bytes, header_of: Callable[[str], bytes] = single_object
+) -> bytes:
     """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
     head = o.prepared
     if head is None:
         head = dispatch_head(
-            o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000, o.available_at * 1000
+            o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000,
+            o.available_at * 1000, header_of(o.tenant),
         )
     return head + stamp + dispatch_tail(o.attempt, LANE_NAMES[o.lane], o.handler, o.payload, None)
 
 
-def encode_event(ev: Event, now: int) -> bytes:
-    """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s)."""
+def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
+    """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s); ``header``:
+    the framing's (None: single-object), as for every encoder here."""
     return encode(
         OccurrenceEvent(
             occurrence_id=ev.occurrence_id,
@@ -68,11 +82,14 @@ def encode_event(ev: Event, now: int) -> bytes:
             attempt=ev.attempt,
             reason=ev.reason,
             at_ms=now * 1000,
-        )
-    )  # type: ignore[arg-type]
+        ),  # type: ignore[arg-type]
+        header,
+    )
 
 
-def encode_dead_letter(a: Attempt, entry: Entry | None, shard: ShardStore, now: int) -> bytes:
+def encode_dead_letter(
+    a: Attempt, entry: Entry | None, shard: ShardStore, now: int, header: bytes | None = None
+) -> bytes:
     """The DLQ record of a dead occurrence (handler and payload of the schedule as it now is)."""
     avail = shard.available(entry, a.scheduled_for) if entry is not None else a.scheduled_for
     return encode(
@@ -91,11 +108,12 @@ def encode_dead_letter(a: Attempt, entry: Entry | None, shard: ShardStore, now: 
             last_error_message=a.last_error_message,
             dead_at_ms=now * 1000,
             reason="dead",
-        )
+        ),
+        header,
     )
 
 
-def encode_result(o: CommandOutcome, now: int) -> bytes:
+def encode_result(o: CommandOutcome, now: int, header: bytes | None = None) -> bytes:
     """The results record answering a command (its reason cut to MAX_REASON_CHARS)."""
     return encode(
         CommandResult(
@@ -107,12 +125,14 @@ def encode_result(o: CommandOutcome, now: int) -> bytes:
             reason=None if o.reason is None else o.reason[:MAX_REASON_CHARS],
             code=o.code,
             processed_at_ms=now * 1000,
-        )
+        ),
+        header,
     )
 
 
 def encode_undecodable_result(
-    rid: str, partition: int, offset: int, key: bytes | None, reason: str, now: int
+    rid: str, partition: int, offset: int, key: bytes | None, reason: str, now: int,
+    header: bytes | None = None,
 ) -> bytes:
     """The answer to a record that is not a command: it names what the sender can match, the
     partition and offset it landed on and the key it was sent with."""
@@ -129,5 +149,6 @@ def encode_undecodable_result(
             ],
             code=RejectCode.UNDECODABLE,
             processed_at_ms=now * 1000,
-        )
+        ),
+        header,
     )

@@ -8,6 +8,10 @@ The body is the plain Avro binary encoding of the record. The fingerprint names
 the writer schema: the current one in ``schemas/`` or a released one in
 ``schemas/history/``; data written with an older version is resolved against
 the current (reader) schema, so new fields take their defaults.
+
+A value starting with ``00`` is in the Confluent wire format instead (``00`` | 4-byte schema id |
+the same body; :mod:`scheduler.records.framing`): the id is resolved to a fingerprint through
+the schema registry (:mod:`scheduler.records.schema_ids`), so every decoder reads both framings.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from typing import Any, TypeVar, overload
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import ValidationError, validate
 
+from scheduler.records import schema_ids
 from scheduler.records.errors import RecordDecodeError, RecordEncodeError
+from scheduler.records.framing import CONFLUENT_HEADER_LEN
 from scheduler.records.schemas import (
     MAGIC,
     LoadedSchema,
@@ -162,8 +168,9 @@ class Codecs:
                     old.parsed, None if same else current.parsed, from_avro,
                 )
 
-    def encode(self, record: Record) -> bytes:
-        """Single-object encoding of ``record`` with the current schema of its type.
+    def encode(self, record: Record, header: bytes | None = None) -> bytes:
+        """Single-object encoding of ``record`` with the current schema of its type, or its body
+        after ``header`` (the Confluent wire format's, :mod:`scheduler.records.framer`).
 
         Raises :class:`RecordEncodeError` if ``record`` is not a top-level ksched
         record or does not fit its schema.
@@ -172,7 +179,7 @@ class Codecs:
         if w is None:
             raise RecordEncodeError(f"not a top-level ksched record: {type(record).__qualname__}")
         buf = io.BytesIO()
-        buf.write(w.schema.header)
+        buf.write(w.schema.header if header is None else header)
         try:
             schemaless_writer(buf, w.schema.parsed, w.to_avro(record))
         except Exception as exc:
@@ -192,10 +199,12 @@ class Codecs:
     @overload
     def decode(self, data: bytes | bytearray | memoryview, expected: None = None) -> Record: ...
     def decode(self, data: bytes | bytearray | memoryview, expected: type[Any] | None = None) -> Any:
-        """Decode one single-object-encoded record (of type ``expected``, when given).
+        """Decode one record (of type ``expected``, when given), single-object encoded or in the
+        Confluent wire format (told apart by the first byte, so a topic may hold both).
 
         Accepts data written with the current schema or any released version in
-        ``schemas/history/``. Raises :class:`RecordDecodeError`, and nothing else,
+        ``schemas/history/``; a Confluent schema id is looked up in the schema registry once
+        (:mod:`scheduler.records.schema_ids`). Raises :class:`RecordDecodeError`, and nothing else,
         for anything that is not such a record.
         """
         r = self._reader(data)
@@ -237,19 +246,38 @@ class Codecs:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise RecordDecodeError(f"not bytes: got {type(data).__name__}")
         n = len(data)
+        if n and data[0] == 0:  # the Confluent wire format: 00 | schema id | body
+            return self._registry_reader(data)
         if n < _HEADER_LEN:
             raise RecordDecodeError(
                 f"too short: {n} bytes, a single-object record has a {_HEADER_LEN}-byte header"
             )
         if data[0:2] != MAGIC:
             raise RecordDecodeError(
-                f"wrong marker: {bytes(data[0:2]).hex()}, expected c301 (Avro single-object)"
+                f"wrong marker: {bytes(data[0:2]).hex()}, expected c301 (Avro single-object) "
+                "or 00 (Confluent wire format)"
             )
         fp = bytes(data[2:_HEADER_LEN])
         r = self._readers.get(fp)
         if r is None:
             raise RecordDecodeError(
                 f"unknown schema fingerprint {fp.hex()} (not a current or released ksched schema)"
+            )
+        return r
+
+    def _registry_reader(self, data: bytes | bytearray | memoryview) -> _Reader:
+        if len(data) < CONFLUENT_HEADER_LEN:
+            raise RecordDecodeError(
+                f"too short: {len(data)} bytes, a Confluent-framed record has a "
+                f"{CONFLUENT_HEADER_LEN}-byte header"
+            )
+        schema_id = int.from_bytes(data[1:CONFLUENT_HEADER_LEN], "big")
+        fp = schema_ids.fingerprint(schema_id)  # cached; RecordDecodeError when the registry does not say
+        r = self._readers.get(fp)
+        if r is None:
+            raise RecordDecodeError(
+                f"schema id {schema_id} is a schema with fingerprint {fp.hex()} in the registry, "
+                "not a current or released ksched schema"
             )
         return r
 
@@ -278,7 +306,7 @@ def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
 
 def _datum(data: bytes | bytearray | memoryview, r: _Reader) -> Any:
     buf = io.BytesIO(data)
-    buf.seek(_HEADER_LEN)
+    buf.seek(CONFLUENT_HEADER_LEN if data[0] == 0 else _HEADER_LEN)
     try:
         datum: Any = schemaless_reader(buf, r.writer, r.reader)
     except Exception as exc:

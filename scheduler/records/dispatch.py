@@ -72,14 +72,16 @@ def dispatch_head(
     version: int,
     scheduled_for_ms: int,
     available_at_ms: int,
+    header: bytes = _HEADER,
 ) -> bytes:
-    """Everything of the record before ``enqueued_at_ms`` (the single-object header included)."""
+    """Everything of the record before ``enqueued_at_ms``, ``header`` included: the single-object
+    one by default, or a Confluent one (:class:`scheduler.records.framer.Framer`)."""
     o = occurrence_id.encode()
     s = schedule_id.encode()
     t = tenant.encode()
     return b"".join(
         (
-            _HEADER,
+            header,
             avro_long(len(o)),
             o,
             avro_long(len(s)),
