@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
-from scheduler.bench.common import bench_namespace, pyplot, report, rss, start_processor, wait_restored
+from scheduler.bench.common import (
+    bench_namespace,
+    cpu_seconds,
+    pyplot,
+    report,
+    rss,
+    start_processor,
+    topic_bytes,
+    wait_restored,
+)
 from scheduler.bench.faults import BrokerFault
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.subprocesses import stop_all
@@ -234,6 +244,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         time.sleep(3 + 3 * (len(procs) - 1))  # joined, and the group balanced
         rss_before = sum(rss(p.pid) for p in procs)
+        # Idle ticking costs CPU too: its rate, to take out of the per-occurrence figure below.
+        idle_cpu0, idle_t0 = cpu_seconds([p.pid for p in procs]), time.monotonic()
+        time.sleep(3)
+        idle_cpu_per_s = (cpu_seconds([p.pid for p in procs]) - idle_cpu0) / (time.monotonic() - idle_t0)
         # 3. Load N creates, all due at one top of a minute far enough ahead.
         est_load_s = n / args.load_rate + 20
         due = (int(time.time() + est_load_s) // 60 + 1) * 60
@@ -251,9 +265,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
         time.sleep(1)
         rss_after = sum(rss(p.pid) for p in procs)
+        cpu_loaded, t_loaded = cpu_seconds([p.pid for p in procs]), time.monotonic()
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 
+        loaded_bytes = topic_bytes(settings)  # the schedules armed, before any fires
+        # The processors' CPU from the due instant to the burst's end is the cost of dispatching it.
+        cpu_at_due: list[float] = []
+        timer = threading.Timer(
+            max(0.0, due - time.time()), lambda: cpu_at_due.append(cpu_seconds([p.pid for p in procs]))
+        )
+        timer.start()
         if fault is not None:
             fault.arm(due)
         # 4. Read the burst read_committed; lag two ways.
@@ -267,6 +289,11 @@ def _run(args: argparse.Namespace) -> int:
         )
         deadline = time.monotonic() + max(60.0, due - time.time() + 120)
         raw, peak_rss = _read_burst(reader, n, deadline, procs, rss_after)
+        timer.join()
+        cpu_end = cpu_seconds([p.pid for p in procs])
+        burst_cpu_s = cpu_end - (cpu_at_due[0] if cpu_at_due else 0.0)
+        fired_cpu_s = cpu_end - cpu_loaded - idle_cpu_per_s * (time.monotonic() - t_loaded)
+        fired_bytes = topic_bytes(settings)
         vis, app, over_time, ids = _lags(raw, due)
         total = len(raw)
         appended = sorted(a for _, _, a in raw)
@@ -307,12 +334,32 @@ def _run(args: argparse.Namespace) -> int:
         "restore_s": restore_s,
         "commands_per_s": commands_per_s,
         "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
+        # From the due instant: what the burst itself costs (dispatch records are encoded ahead).
+        "processor_cpu_us_per_dispatch": 1e6 * burst_cpu_s / max(1, total),
+        # From the end of the load, idle ticking taken out: preparing, dispatching and re-arming.
+        "processor_cpu_us_per_occurrence": 1e6 * fired_cpu_s / max(1, total),
+        "processor_idle_cpu_per_s": idle_cpu_per_s,
+        "broker_bytes_per_schedule_armed": _per(loaded_bytes, n, ("schedules", "state")),
+        "broker_bytes_per_occurrence_fired": _per(
+            {k: v - loaded_bytes.get(k, 0) for k, v in fired_bytes.items()}, max(1, total)
+        ),
         **(fault.facts if fault is not None else {}),
     }
     path = report(out, args.json_file)
     _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))
     space.close()
     return 0 if out["missing"] == 0 and out["duplicates"] == 0 else 1
+
+
+def _per(sizes: dict[str, int], n: int, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Topic bytes per schedule or occurrence, by topic kind (the tenant suffix dropped); empty
+    when the broker's files are not on this machine."""
+    out: dict[str, float] = {}
+    for topic, size in sizes.items():
+        kind = topic.split(".", 1)[0]
+        if size and (only is None or kind in only):
+            out[kind] = out.get(kind, 0.0) + size / n
+    return {k: round(v, 1) for k, v in sorted(out.items())}
 
 
 def _plot(over_time: list[tuple[float, float]], lags: list[float], path: Path) -> None:

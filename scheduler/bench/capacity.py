@@ -49,6 +49,7 @@ class Curve:
     strict: list[int]
     flexible: list[int]
     fires_by_group: Counter[str] = field(default_factory=Counter)
+    top_of_hour_by_group: dict[str, Counter[int]] = field(default_factory=dict)
     rejected: int = 0
 
     @property
@@ -74,8 +75,11 @@ def simulate(members: list[Member], day_start: int) -> Curve:
         fires = c.between_epoch(lo, hi)
         groups[m.group] += len(fires)
         if not m.window_s:
+            tops = curve.top_of_hour_by_group.setdefault(m.group, Counter())
             for f in fires:
                 strict[f - day_start] += 1
+                if not (f - day_start) % 3600:
+                    tops[(f - day_start) // 3600] += 1
             continue
         for f in fires:
             flexible[available_at(c, m.schedule_id, 1, f, m.window_s) - day_start] += 1
@@ -126,6 +130,11 @@ def summarise(curve: Curve, scale: float, slo_s: float) -> dict[str, Any]:
         "peak_strict_per_s": round(curve.strict[strict_peak_i] * scale),
         "top_of_hour_strict": {f"{h:02d}:00:00Z": round(v * scale) for v, h in tops[:6]},
         "top_of_hour_strict_median": round(sorted(v for v, _ in tops)[12] * scale),
+        "peak_top_of_hour_by_group": {
+            g: round(c[tops[0][1]] * scale)
+            for g, c in sorted(curve.top_of_hour_by_group.items(), key=lambda gc: -gc[1][tops[0][1]])
+            if c[tops[0][1]]
+        },
         "busiest_minute_per_min": round(max(sum(both[i:i + 60]) for i in range(0, DAY_S, 60)) * scale),
         "required_rate_strict_per_s": rate * scale,
         "required_rate_strict_window": f"{window} s from {_iso(curve.day_start + start)}",
@@ -138,33 +147,43 @@ def summarise(curve: Curve, scale: float, slo_s: float) -> dict[str, Any]:
 
 
 def plot(curve: Curve, scale: float, path: Path) -> None:
+    """Three panels: occurrences per minute over the day, every non-zero second (log scale), and
+    the seconds around the peak."""
     from scheduler.bench.common import pyplot
 
     plt = pyplot()
     if plt is None:
         return
-    hours = [i / 3600 for i in range(len(curve.strict))]
-    fig, (a, b) = plt.subplots(2, 1, figsize=(12, 7))
-    a.plot(hours, [v * scale for v in curve.flexible], lw=0.5, color="tab:orange", label="flexible")
-    a.plot(hours, [v * scale for v in curve.strict], lw=0.5, color="tab:blue", label="strict")
-    a.set_yscale("symlog", linthresh=1000)
-    a.set_xlabel(f"hours after {_iso(curve.day_start)} (UTC)")
-    a.set_ylabel("occurrences due per second")
-    a.set_title("dispatch demand per second over the day (scaled to the population)")
+    fig, (a, b, c) = plt.subplots(3, 1, figsize=(12, 10))
+    minutes = len(curve.strict) // 60
+    for arr, label in ((curve.strict, "strict"), (curve.flexible, "flexible")):
+        a.plot([i / 60 for i in range(minutes)],
+               [sum(arr[i * 60:(i + 1) * 60]) * scale for i in range(minutes)], lw=0.6, label=label)
+    a.set_yscale("log")
+    a.set_ylabel("occurrences due per minute")
+    a.set_title(f"dispatch demand of {_iso(curve.day_start)[:10]} (UTC), scaled to the population")
     a.legend(loc="upper right")
+    for arr, label, mark in ((curve.strict, "strict", "."), (curve.flexible, "flexible", ",")):
+        nz = [(i / 3600, v * scale) for i, v in enumerate(arr) if v]
+        b.scatter([x for x, _ in nz], [y for _, y in nz], s=2, marker=mark, label=label)
+    b.set_yscale("log")
+    b.set_ylabel("occurrences due in one second")
+    b.set_xlabel("hours after midnight UTC (a axis for both panels above)")
+    b.legend(loc="upper right")
     both = [s + f for s, f in zip(curve.strict, curve.flexible, strict=True)]
     peak = max(range(DAY_S), key=both.__getitem__)
-    lo, hi = max(0, peak - 120), min(len(both), peak + 180)
-    xs = [i - peak for i in range(lo, hi)]
-    b.bar(xs, [curve.strict[i] * scale for i in range(lo, hi)], width=1.0, label="strict")
-    b.bar(xs, [curve.flexible[i] * scale for i in range(lo, hi)], width=1.0,
-          bottom=[curve.strict[i] * scale for i in range(lo, hi)], label="flexible")
-    b.set_xlabel(f"seconds around the peak second {_iso(curve.day_start + peak)}")
-    b.set_ylabel("occurrences due per second")
-    b.legend(loc="upper right")
+    lo, hi = max(0, peak - 90), min(len(both), peak + 90)
+    xs = list(range(lo - peak, hi - peak))
+    c.bar(xs, [max(1.0, curve.strict[i] * scale) for i in range(lo, hi)], width=0.8, label="strict")
+    c.scatter(xs, [max(1.0, curve.flexible[i] * scale) for i in range(lo, hi)], s=6, color="tab:orange",
+              label="flexible")
+    c.set_yscale("log")
+    c.set_xlabel(f"seconds around the peak second {_iso(curve.day_start + peak)}")
+    c.set_ylabel("occurrences due in one second")
+    c.legend(loc="upper right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     print(f"wrote {path}")
 
 
