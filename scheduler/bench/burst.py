@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from scheduler.settings import Settings
 
 
+IDLE_S = 10  # seconds of idle ticking measured before the prepare-ahead horizon
+
+
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("burst", help="N schedules due at one instant: lag and rate")
     p.add_argument("--schedules", type=int, default=500_000)
@@ -244,10 +247,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         time.sleep(3 + 3 * (len(procs) - 1))  # joined, and the group balanced
         rss_before = sum(rss(p.pid) for p in procs)
-        # Idle ticking costs CPU too: its rate, to take out of the per-occurrence figure below.
-        idle_cpu0, idle_t0 = cpu_seconds([p.pid for p in procs]), time.monotonic()
-        time.sleep(3)
-        idle_cpu_per_s = (cpu_seconds([p.pid for p in procs]) - idle_cpu0) / (time.monotonic() - idle_t0)
         # 3. Load N creates, all due at one top of a minute far enough ahead.
         est_load_s = n / args.load_rate + 20
         due = (int(time.time() + est_load_s) // 60 + 1) * 60
@@ -265,17 +264,23 @@ def _run(args: argparse.Namespace) -> int:
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
         time.sleep(1)
         rss_after = sum(rss(p.pid) for p in procs)
-        cpu_loaded, t_loaded = cpu_seconds([p.pid for p in procs]), time.monotonic()
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 
         loaded_bytes = topic_bytes(settings)  # the schedules armed, before any fires
-        # The processors' CPU from the due instant to the burst's end is the cost of dispatching it.
-        cpu_at_due: list[float] = []
-        timer = threading.Timer(
-            max(0.0, due - time.time()), lambda: cpu_at_due.append(cpu_seconds([p.pid for p in procs]))
-        )
-        timer.start()
+        # The processors' CPU at three instants: IDLE_S before the prepare-ahead horizon (idle
+        # ticking), the horizon (dispatch records are encoded from then on) and the due instant.
+        ahead = settings.prepare_ahead_s
+        marks = {"idle": due - ahead - IDLE_S, "prepare": due - ahead, "due": due}
+        cpu_at: dict[str, float] = {}
+
+        def mark(name: str) -> None:
+            cpu_at[name] = cpu_seconds([p.pid for p in procs])
+
+        now = time.time()
+        timers = [threading.Timer(at - now, mark, (k,)) for k, at in marks.items() if at > now]
+        for timer in timers:
+            timer.start()
         if fault is not None:
             fault.arm(due)
         # 4. Read the burst read_committed; lag two ways.
@@ -289,10 +294,14 @@ def _run(args: argparse.Namespace) -> int:
         )
         deadline = time.monotonic() + max(60.0, due - time.time() + 120)
         raw, peak_rss = _read_burst(reader, n, deadline, procs, rss_after)
-        timer.join()
-        cpu_end = cpu_seconds([p.pid for p in procs])
-        burst_cpu_s = cpu_end - (cpu_at_due[0] if cpu_at_due else 0.0)
-        fired_cpu_s = cpu_end - cpu_loaded - idle_cpu_per_s * (time.monotonic() - t_loaded)
+        for timer in timers:
+            timer.join()
+        cpu_end, t_end = cpu_seconds([p.pid for p in procs]), time.time()
+        burst_cpu_s = cpu_end - cpu_at.get("due", cpu_end)
+        fired_cpu_s = None  # the load ran into the idle interval: no idle rate to take out
+        if "idle" in cpu_at:
+            idle_rate = (cpu_at["prepare"] - cpu_at["idle"]) / IDLE_S
+            fired_cpu_s = cpu_end - cpu_at["prepare"] - idle_rate * (t_end - marks["prepare"])
         fired_bytes = topic_bytes(settings)
         vis, app, over_time, ids = _lags(raw, due)
         total = len(raw)
@@ -336,9 +345,8 @@ def _run(args: argparse.Namespace) -> int:
         "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
         # From the due instant: what the burst itself costs (dispatch records are encoded ahead).
         "processor_cpu_us_per_dispatch": 1e6 * burst_cpu_s / max(1, total),
-        # From the end of the load, idle ticking taken out: preparing, dispatching and re-arming.
-        "processor_cpu_us_per_occurrence": 1e6 * fired_cpu_s / max(1, total),
-        "processor_idle_cpu_per_s": idle_cpu_per_s,
+        # From the prepare-ahead horizon, idle ticking taken out: preparing, dispatching, re-arming.
+        "processor_cpu_us_per_occurrence": None if fired_cpu_s is None else 1e6 * fired_cpu_s / max(1, total),
         "broker_bytes_per_schedule_armed": _per(loaded_bytes, n, ("schedules", "state")),
         "broker_bytes_per_occurrence_fired": _per(
             {k: v - loaded_bytes.get(k, 0) for k, v in fired_bytes.items()}, max(1, total)
