@@ -163,20 +163,21 @@ def plot(curve: Curve, scale: float, path: Path) -> None:
     a.set_ylabel("occurrences due per minute")
     a.set_title(f"dispatch demand of {_iso(curve.day_start)[:10]} (UTC), scaled to the population")
     a.legend(loc="upper right")
-    for arr, label, mark in ((curve.strict, "strict", "."), (curve.flexible, "flexible", ",")):
+    for arr, label, mark in ((curve.strict, "strict", "."), (curve.flexible, "flexible", "s")):
         nz = [(i / 3600, v * scale) for i, v in enumerate(arr) if v]
         b.scatter([x for x, _ in nz], [y for _, y in nz], s=2, marker=mark, label=label)
     b.set_yscale("log")
     b.set_ylabel("occurrences due in one second")
-    b.set_xlabel("hours after midnight UTC (a axis for both panels above)")
+    b.set_xlabel("hours after midnight UTC (both panels above)")
     b.legend(loc="upper right")
     both = [s + f for s, f in zip(curve.strict, curve.flexible, strict=True)]
     peak = max(range(DAY_S), key=both.__getitem__)
     lo, hi = max(0, peak - 90), min(len(both), peak + 90)
-    xs = list(range(lo - peak, hi - peak))
-    c.bar(xs, [max(1.0, curve.strict[i] * scale) for i in range(lo, hi)], width=0.8, label="strict")
-    c.scatter(xs, [max(1.0, curve.flexible[i] * scale) for i in range(lo, hi)], s=6, color="tab:orange",
-              label="flexible")
+    strict_pts = [(i - peak, curve.strict[i] * scale) for i in range(lo, hi) if curve.strict[i]]
+    flex_pts = [(i - peak, curve.flexible[i] * scale) for i in range(lo, hi) if curve.flexible[i]]
+    c.bar([x for x, _ in strict_pts], [y for _, y in strict_pts], width=0.8, label="strict")
+    c.scatter([x for x, _ in flex_pts], [y for _, y in flex_pts], s=6, color="tab:orange", label="flexible")
+    c.set_xlim(lo - peak - 1, hi - peak)
     c.set_yscale("log")
     c.set_xlabel(f"seconds around the peak second {_iso(curve.day_start + peak)}")
     c.set_ylabel("occurrences due in one second")
