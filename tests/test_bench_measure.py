@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
 
-from scheduler.bench.common import cpu_seconds, topic_bytes
+from scheduler.bench.common import cpu_seconds, per_unit, topic_bytes
 from scheduler.kafka.admin import admin_client
 from scheduler.kafka.clients import producer
 from scheduler.principals import as_admin
@@ -47,3 +47,9 @@ def test_cpu_seconds_grows_with_work_and_ignores_gone_processes() -> None:
         pass
     assert cpu_seconds([os.getpid()]) - before >= 0.15
     assert cpu_seconds([2**22 + 7]) == 0.0  # above pid_max's default: no such process
+
+
+def test_per_unit_adds_a_kinds_tenant_topics_and_keeps_only_growth() -> None:
+    sizes = {"dispatch.t0": 300, "dispatch.t1": 100, "state": 0, "commands.t0": -5, "schedules": 50}
+    assert per_unit(sizes, 4) == {"dispatch": 100.0, "schedules": 12.5}
+    assert per_unit(sizes, 4, ("schedules",)) == {"schedules": 12.5}

@@ -24,6 +24,7 @@ from confluent_kafka import TopicPartition
 from scheduler.bench.common import (
     bench_namespace,
     cpu_seconds,
+    per_unit,
     pyplot,
     report,
     rss,
@@ -347,8 +348,8 @@ def _run(args: argparse.Namespace) -> int:
         "processor_cpu_us_per_dispatch": 1e6 * burst_cpu_s / max(1, total),
         # From the prepare-ahead horizon, idle ticking taken out: preparing, dispatching, re-arming.
         "processor_cpu_us_per_occurrence": None if fired_cpu_s is None else 1e6 * fired_cpu_s / max(1, total),
-        "broker_bytes_per_schedule_armed": _per(loaded_bytes, n, ("schedules", "state")),
-        "broker_bytes_per_occurrence_fired": _per(
+        "broker_bytes_per_schedule_armed": per_unit(loaded_bytes, n, ("schedules", "state")),
+        "broker_bytes_per_occurrence_fired": per_unit(
             {k: v - loaded_bytes.get(k, 0) for k, v in fired_bytes.items()}, max(1, total)
         ),
         **(fault.facts if fault is not None else {}),
@@ -357,17 +358,6 @@ def _run(args: argparse.Namespace) -> int:
     _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))
     space.close()
     return 0 if out["missing"] == 0 and out["duplicates"] == 0 else 1
-
-
-def _per(sizes: dict[str, int], n: int, only: tuple[str, ...] | None = None) -> dict[str, float]:
-    """Topic bytes per schedule or occurrence, by topic kind (the tenant suffix dropped); empty
-    when the broker's files are not on this machine."""
-    out: dict[str, float] = {}
-    for topic, size in sizes.items():
-        kind = topic.split(".", 1)[0]
-        if size and (only is None or kind in only):
-            out[kind] = out.get(kind, 0.0) + size / n
-    return {k: round(v, 1) for k, v in sorted(out.items())}
 
 
 def _plot(over_time: list[tuple[float, float]], lags: list[float], path: Path) -> None:

@@ -162,3 +162,14 @@ def topic_bytes(settings: Settings) -> dict[str, int]:
                 continue
             out[topic] = out.get(topic, 0) + size
     return out
+
+
+def per_unit(sizes: dict[str, int], n: int, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """:func:`topic_bytes` figures per schedule or occurrence, by topic kind (``dispatch.t0`` and
+    ``dispatch.t1`` add up under ``dispatch``), limited to the kinds in ``only`` when given."""
+    out: dict[str, float] = {}
+    for topic, size in sizes.items():
+        kind = topic.split(".", 1)[0]
+        if size > 0 and (only is None or kind in only):
+            out[kind] = out.get(kind, 0.0) + size / max(1, n)
+    return {k: round(v, 1) for k, v in sorted(out.items())}

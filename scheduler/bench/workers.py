@@ -142,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         bench_namespace,
         cpu_seconds,
         free_port,
+        per_unit,
         report,
         start_processor,
         topic_bytes,
@@ -261,10 +262,9 @@ def _run(args: argparse.Namespace) -> int:
         "e2e_max_s": lags[-1] if lags else None,
         "worker_cpu_s_per_occurrence": (sum(sampler.cpu.values()) - (cpu_before or 0.0)) / max(1, len(e2e)),
         "processor_cpu_us_per_report": 1e6 * proc_cpu_s / max(1, len(e2e)) if args.drain else None,
-        "broker_bytes_per_occurrence_reported": {
-            t.split(".", 1)[0]: round((b - bytes_before.get(t, 0)) / max(1, len(e2e)), 1)
-            for t, b in sorted(bytes_after.items()) if b > bytes_before.get(t, 0)
-        } if args.drain else None,
+        "broker_bytes_per_occurrence_reported": per_unit(
+            {t: b - bytes_before.get(t, 0) for t, b in bytes_after.items()}, len(e2e)
+        ) if args.drain else None,
         "max_report_backlog": max((b for _, _, b in sampler.over_time), default=0),
         "worker_killed_midway": killed,
         "drain": args.drain,
