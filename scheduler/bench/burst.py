@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,13 +21,26 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
-from scheduler.bench.common import bench_namespace, pyplot, report, rss, start_processor, wait_restored
+from scheduler.bench.common import (
+    bench_namespace,
+    cpu_seconds,
+    per_unit,
+    pyplot,
+    report,
+    rss,
+    start_processor,
+    topic_bytes,
+    wait_restored,
+)
 from scheduler.bench.faults import BrokerFault, ProcessorFault
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.subprocesses import stop_all
 
 if TYPE_CHECKING:
     from scheduler.settings import Settings
+
+
+IDLE_S = 10  # seconds of idle ticking measured before the prepare-ahead horizon
 
 
 def register(sub: Any) -> None:
@@ -220,6 +234,21 @@ def _lags(
     return vis, app, over_time, ids
 
 
+def _faults(args: argparse.Namespace) -> tuple[BrokerFault | None, ProcessorFault | None]:
+    """The faults the options ask for: a local cluster's node killed, a processor killed."""
+    fault = pfault = None
+    if args.kill_broker is not None:
+        from scheduler.settings import load_settings
+
+        fault = BrokerFault(load_settings(), args.kill_broker, args.broker_down)
+    if args.kill_processor is not None:
+        if args.processors < 2:
+            raise SystemExit(f"--kill-processor {args.kill_processor}: needs --processors 2 or more "
+                             "(someone must take the killed processor's shards)")
+        pfault = ProcessorFault(args.kill_processor)
+    return fault, pfault
+
+
 def _run(args: argparse.Namespace) -> int:
     from scheduler.kafka.clients import consumer
     from scheduler.tenants import Tenant
@@ -227,17 +256,7 @@ def _run(args: argparse.Namespace) -> int:
 
     n, ntenants = args.schedules, max(1, args.tenants)
     names = [f"t{i}" for i in range(ntenants)]
-    fault = None
-    if args.kill_broker is not None:  # checked before a namespace is made
-        from scheduler.settings import load_settings
-
-        fault = BrokerFault(load_settings(), args.kill_broker, args.broker_down)
-    pfault = None
-    if args.kill_processor is not None:
-        if args.processors < 2:
-            raise SystemExit(f"--kill-processor {args.kill_processor}: needs --processors 2 or more "
-                             "(someone must take the killed processor's shards)")
-        pfault = ProcessorFault(args.kill_processor)
+    fault, pfault = _faults(args)  # checked before a namespace is made
     framing = {"KSCHED_RECORD_FRAMING": args.record_framing} if args.record_framing else {}
     tenants = [Tenant(name=t, trigger_rate_per_s=0, max_schedules=10 * n) for t in names]
     space = bench_namespace(tenants, **framing)
@@ -277,6 +296,20 @@ def _run(args: argparse.Namespace) -> int:
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 
+        loaded_bytes = topic_bytes(settings)  # the schedules armed, before any fires
+        # The processors' CPU at three instants: IDLE_S before the prepare-ahead horizon (idle
+        # ticking), the horizon (dispatch records are encoded from then on) and the due instant.
+        ahead = settings.prepare_ahead_s
+        marks = {"idle": due - ahead - IDLE_S, "prepare": due - ahead, "due": due}
+        cpu_at: dict[str, float] = {}
+
+        def mark(name: str) -> None:
+            cpu_at[name] = cpu_seconds([p.pid for p in procs])
+
+        now = time.time()
+        timers = [threading.Timer(at - now, mark, (k,)) for k, at in marks.items() if at > now]
+        for timer in timers:
+            timer.start()
         if fault is not None:
             fault.arm(due)
         if pfault is not None:
@@ -292,6 +325,15 @@ def _run(args: argparse.Namespace) -> int:
         )
         deadline = time.monotonic() + max(60.0, due - time.time() + 120)
         raw, peak_rss = _read_burst(reader, n, deadline, procs, rss_after)
+        for timer in timers:
+            timer.join()
+        cpu_end, t_end = cpu_seconds([p.pid for p in procs]), time.time()
+        burst_cpu_s = cpu_end - cpu_at.get("due", cpu_end)
+        fired_cpu_s = None  # the load ran into the idle interval: no idle rate to take out
+        if "idle" in cpu_at:
+            idle_rate = (cpu_at["prepare"] - cpu_at["idle"]) / IDLE_S
+            fired_cpu_s = cpu_end - cpu_at["prepare"] - idle_rate * (t_end - marks["prepare"])
+        fired_bytes = topic_bytes(settings)
         vis, app, over_time, ids = _lags(raw, due)
         total = len(raw)
         appended = sorted(a for _, _, a in raw)
@@ -336,6 +378,14 @@ def _run(args: argparse.Namespace) -> int:
         "restore_s": restore_s,
         "commands_per_s": commands_per_s,
         "lag_mean_s": statistics.fmean(vis) if vis else float("nan"),
+        # From the due instant: what the burst itself costs (dispatch records are encoded ahead).
+        "processor_cpu_us_per_dispatch": 1e6 * burst_cpu_s / max(1, total),
+        # From the prepare-ahead horizon, idle ticking taken out: preparing, dispatching, re-arming.
+        "processor_cpu_us_per_occurrence": None if fired_cpu_s is None else 1e6 * fired_cpu_s / max(1, total),
+        "broker_bytes_per_schedule_armed": per_unit(loaded_bytes, n, ("schedules", "state")),
+        "broker_bytes_per_occurrence_fired": per_unit(
+            {k: v - loaded_bytes.get(k, 0) for k, v in fired_bytes.items()}, max(1, total)
+        ),
         **(fault.facts if fault is not None else {}),
         **(pfault.facts if pfault is not None else {}),
     }

@@ -129,3 +129,51 @@ def pyplot() -> Any:
         print("matplotlib is not installed: no PNG (pip install -e '.[dev]')")
         return None
     return plt
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes ``pids`` so far (gone ones count 0)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def topic_bytes(settings: Settings) -> dict[str, int]:
+    """Bytes of the namespace's topic logs per topic (without the ``<namespace>.`` prefix), summed
+    over partitions and replicas, read from the local broker's ``log.dirs`` (every node's under
+    ``kafka_data_dir``). Empty for a broker this machine does not run: the figure is the on-disk
+    log, segments and batch headers included, which only the broker's own files show."""
+    root = Path(settings.kafka_data_dir).expanduser()
+    prefix = settings.namespace + "."
+    out: dict[str, int] = {}
+    if not root.is_dir():
+        return out
+    for log_dir in [root / "kraft", *root.glob("node-*/kraft")]:  # one node, or `--nodes 3`
+        for d in log_dir.glob(prefix + "*") if log_dir.is_dir() else ():
+            if d.name.endswith("-delete"):
+                continue  # a deleted topic's partition, being removed by the broker
+            topic = d.name[len(prefix):].rsplit("-", 1)[0]
+            try:
+                size = sum(f.stat().st_size for f in d.glob("*.log"))
+            except FileNotFoundError:  # deleted (retention, compaction, topic) while we read
+                continue
+            out[topic] = out.get(topic, 0) + size
+    return out
+
+
+def per_unit(sizes: dict[str, int], n: int, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """:func:`topic_bytes` figures per schedule or occurrence, by topic kind (``dispatch.t0`` and
+    ``dispatch.t1`` add up under ``dispatch``), limited to the kinds in ``only`` when given."""
+    out: dict[str, float] = {}
+    for topic, size in sizes.items():
+        kind = topic.split(".", 1)[0]
+        if size > 0 and (only is None or kind in only):
+            out[kind] = out.get(kind, 0.0) + size / max(1, n)
+    return {k: round(v, 1) for k, v in sorted(out.items())}

@@ -27,7 +27,14 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from scheduler.bench.common import bench_namespace, report, rss, start_processor, wait_restored
+    from scheduler.bench.common import (
+        bench_namespace,
+        cpu_seconds,
+        report,
+        rss,
+        start_processor,
+        wait_restored,
+    )
     from scheduler.domain import ScheduleSpec
     from scheduler.kafka.clients import produce_waiting, producer
     from scheduler.records import Schedule, ScheduleSpecRecord, encode
@@ -74,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         restore_s = wait_restored(args.metrics_port, settings.partitions, 900)
         wall_s = time.monotonic() - started
         resident = rss(proc.pid)
+        cpu_s = cpu_seconds([proc.pid])  # start-up (imports, joining) included: an upper bound
     finally:
         stop_all([proc], 60)
     out = {
@@ -83,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         "restore_schedules_per_s": n / restore_s if restore_s else None,
         "start_to_restored_s": wall_s,
         "rss_bytes_per_schedule": resident / n,
+        "processor_cpu_s_to_restored": cpu_s,
+        "cpu_s_per_million": cpu_s * 1_000_000 / n,
     }
     report(out, args.json_file)
     space.close()

@@ -138,7 +138,15 @@ class _Sampler:
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
 
-    from scheduler.bench.common import bench_namespace, free_port, report, start_processor
+    from scheduler.bench.common import (
+        bench_namespace,
+        cpu_seconds,
+        free_port,
+        per_unit,
+        report,
+        start_processor,
+        topic_bytes,
+    )
     from scheduler.domain import ScheduleSpec
     from scheduler.kafka.clients import consumer, producer
     from scheduler.records import (
@@ -179,6 +187,8 @@ def _run(args: argparse.Namespace) -> int:
     e2e: dict[str, float] = {}
     t0 = time.monotonic()
     cpu_before: float | None = None
+    proc_cpu_before: float | None = None
+    bytes_before: dict[str, int] = {}
     try:
         time.sleep(3)
         due = int(time.time()) + 15 + n // 5000
@@ -218,6 +228,10 @@ def _run(args: argparse.Namespace) -> int:
             if e2e and cpu_before is None:  # start-up and the idle wait are not per occurrence
                 sampler.sample(workers, len(e2e), force=True)
                 cpu_before = sum(sampler.cpu.values())
+                # With --drain the processor has emitted every occurrence by now: from here on its
+                # CPU and the commands topic's growth are the reports' cost.
+                proc_cpu_before = cpu_seconds([proc.pid])
+                bytes_before = topic_bytes(settings)
             sampler.sample(workers, len(e2e))
             if args.kill and not killed and len(e2e) >= n // 2:
                 sampler.sample(workers, len(e2e), force=True)
@@ -227,6 +241,9 @@ def _run(args: argparse.Namespace) -> int:
                 killed = True
                 print(f"killed a worker at {len(e2e):,} succeeded; started another")
         sampler.sample(workers, len(e2e), force=True)
+        time.sleep(2)  # the processor commits the last reports it read
+        proc_cpu_s = cpu_seconds([proc.pid]) - (proc_cpu_before or 0.0)
+        bytes_after = topic_bytes(settings)
     finally:
         stop_all([*workers, proc])
         reports.close()
@@ -244,6 +261,10 @@ def _run(args: argparse.Namespace) -> int:
         "e2e_p99_s": lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
         "e2e_max_s": lags[-1] if lags else None,
         "worker_cpu_s_per_occurrence": (sum(sampler.cpu.values()) - (cpu_before or 0.0)) / max(1, len(e2e)),
+        "processor_cpu_us_per_report": 1e6 * proc_cpu_s / max(1, len(e2e)) if args.drain else None,
+        "broker_bytes_per_occurrence_reported": per_unit(
+            {t: b - bytes_before.get(t, 0) for t, b in bytes_after.items()}, len(e2e)
+        ) if args.drain else None,
         "max_report_backlog": max((b for _, _, b in sampler.over_time), default=0),
         "worker_killed_midway": killed,
         "drain": args.drain,

@@ -10,7 +10,8 @@ import importlib
 from typing import Any
 
 BENCH_MODULES: tuple[str, ...] = (
-    "timing", "burst", "restore", "purge", "workers", "history", "queries", "reconcile", "api"
+    "timing", "burst", "restore", "purge", "workers", "history", "queries", "reconcile", "api",
+    "capacity",
 )
 
 

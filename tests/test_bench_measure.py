@@ -1,0 +1,55 @@
+"""The capacity model's measuring helpers (scheduler/bench/common.py) against the session broker."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import NewTopic
+
+from scheduler.bench.common import cpu_seconds, per_unit, topic_bytes
+from scheduler.kafka.admin import admin_client
+from scheduler.kafka.clients import producer
+from scheduler.principals import as_admin
+from scheduler.settings import Settings, load_settings
+
+
+def _broker_files() -> Path:
+    """Where the session's local broker keeps its files (tests/conftest.py's kafka_bootstrap)."""
+    default = load_settings(env={}).kafka_data_dir.parent / "test-kafka"
+    return Path(os.environ.get("KSCHED_TEST_KAFKA_DATA", default))
+
+
+def test_topic_bytes_counts_a_topics_log_on_every_partition(kafka_settings: Settings) -> None:
+    settings = kafka_settings.replace(kafka_data_dir=_broker_files())
+    topic = f"{settings.namespace}.capbytes"
+    admin = admin_client(as_admin(settings))
+    for f in admin.create_topics([NewTopic(topic, 2, 1)], operation_timeout=30).values():
+        f.result(60)
+    prod = producer(settings.kafka())
+    n, size = 300, 1000
+    for i in range(n):  # random bytes: compression cannot shrink them below n * size
+        prod.produce(topic, secrets.token_bytes(size), str(i).encode())
+    assert prod.flush(30) == 0
+    deadline = time.monotonic() + 10
+    while (got := topic_bytes(settings).get("capbytes", 0)) < n * size and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert n * size <= got < 2 * n * size  # the records plus batch and record headers
+    assert "capbytes" not in topic_bytes(settings.replace(namespace=settings.namespace + "x"))
+
+
+def test_cpu_seconds_grows_with_work_and_ignores_gone_processes() -> None:
+    before = cpu_seconds([os.getpid()])
+    t = time.process_time()
+    while time.process_time() - t < 0.2:
+        pass
+    assert cpu_seconds([os.getpid()]) - before >= 0.15
+    assert cpu_seconds([2**22 + 7]) == 0.0  # above pid_max's default: no such process
+
+
+def test_per_unit_adds_a_kinds_tenant_topics_and_keeps_only_growth() -> None:
+    sizes = {"dispatch.t0": 300, "dispatch.t1": 100, "state": 0, "commands.t0": -5, "schedules": 50}
+    assert per_unit(sizes, 4) == {"dispatch": 100.0, "schedules": 12.5}
+    assert per_unit(sizes, 4, ("schedules",)) == {"schedules": 12.5}
