@@ -39,6 +39,7 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
     started = time.monotonic()
     stats = {p: RestoreStats() for p in shards}
     t_state, t_schedules = topic_name(settings, "state"), topic_name(settings, "schedules")
+    decode_entry = wire_state.decode_schedule_entry
     c = Consumer(
         consumer_config(
             as_processor(settings),
@@ -54,26 +55,27 @@ def restore_shards(settings: Settings, shards: dict[int, Shard]) -> dict[int, Re
 
     def on_record(m: Message) -> None:
         p = m.partition() or 0
-        shard, st, value = shards[p], stats[p], m.value()
-        if m.topic() == t_state:
-            st.state_records += 1
-            if value is None:  # a tombstone: the schedule's runtime state was cleared
-                shard.restored_runtime.pop((m.key() or b"").decode(), None)
+        shard, value = shards[p], m.value()
+        if m.topic() != t_state:  # ksched.schedules: nearly every record
+            if value is None:  # a purged schedule (its older record may not be compacted away yet)
+                shard.forget((m.key() or b"").decode())
                 return
             try:
-                wire_state.restore_state_record(shard, m.key(), value)
+                shard.restore_entry(decode_entry(value))
             except RecordDecodeError as exc:
-                st.undecodable += 1
-                log.error("shard %d: undecodable state record %r skipped: %s", p, m.key(), exc)
+                stats[p].undecodable += 1
+                log.error("shard %d: undecodable schedule record %r skipped: %s", p, m.key(), exc)
             return
-        if value is None:  # a purged schedule (its older record may not be compacted away yet)
-            shard.forget((m.key() or b"").decode())
+        st = stats[p]
+        st.state_records += 1
+        if value is None:  # a tombstone: the schedule's runtime state was cleared
+            shard.restored_runtime.pop((m.key() or b"").decode(), None)
             return
         try:
-            shard.restore_entry(wire_state.decode_schedule_entry(value))
+            wire_state.restore_state_record(shard, m.key(), value)
         except RecordDecodeError as exc:
             st.undecodable += 1
-            log.error("shard %d: undecodable schedule record %r skipped: %s", p, m.key(), exc)
+            log.error("shard %d: undecodable state record %r skipped: %s", p, m.key(), exc)
 
     try:
         read_to_end(
