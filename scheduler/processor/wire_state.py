@@ -162,8 +162,11 @@ def decode_schedule_entry(value: bytes) -> Entry:
     Raises RecordDecodeError, also for a spec that no longer validates, so that
     restore skips the record with a log line instead of stopping.
     """
-    s = scan(value)
-    if s is None:  # written with a released schema: resolved by the general decoder
+    try:
+        s = scan(value)
+    except RecordDecodeError:  # what the general decoder makes of it decides (it is the laxer)
+        s = None
+    if s is None:  # also a record of a released schema: resolved by the general decoder
         return _decode_resolved(value)
     key = s.spec_key
     try:

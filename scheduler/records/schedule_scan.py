@@ -153,7 +153,10 @@ def _remember(key: bytes) -> None:
 
 def spec_of_key(key: bytes) -> dict[str, Any]:
     """The spec fields (all but ``payload``) a :attr:`ScannedSchedule.spec_key` encodes."""
-    datum: Any = schemaless_reader(io.BytesIO(key), _KEY_PARSED, None)
+    try:
+        datum: Any = schemaless_reader(io.BytesIO(key), _KEY_PARSED, None)
+    except Exception as exc:  # fastavro's errors for a bad body vary (IndexError, ValueError, ...)
+        raise RecordDecodeError(f"ScheduleSpec: corrupt body: {type(exc).__name__}: {exc}") from None
     return dict(datum)
 
 
