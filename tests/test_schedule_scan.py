@@ -142,3 +142,39 @@ def test_an_invalid_spec_is_a_decode_error_naming_the_schedule() -> None:
     )))
     with pytest.raises(RecordDecodeError, match="bad-1"):
         wire_state.decode_schedule_entry(value)
+
+
+def test_restore_through_the_scan_arms_what_the_records_say_last() -> None:
+    """Superseded versions, a tombstone, paused and canceled schedules, read in log order like
+    restore reads them: the shard holds and arms exactly the last record of each schedule."""
+    from scheduler.processor.shard import Shard
+
+    now = T_MS // 1000
+    log: list[tuple[str, bytes | None]] = [
+        ("a", encode(_schedule(schedule_id="a", version=1))),
+        ("b", encode(_schedule(schedule_id="b", version=1))),
+        ("a", encode(_schedule(schedule_id="a", version=2, spec=ScheduleSpecRecord(
+            kind="cron", cron="0 12 * * *", timezone="UTC", handler="h2", payload=b"p2")))),
+        ("b", None),  # purged
+        ("c", encode(_schedule(schedule_id="c", state="PAUSED", paused_at_ms=T_MS))),
+        ("d", encode(_schedule(schedule_id="d", version=1))),
+        ("d", encode(_schedule(schedule_id="d", version=2, state="CANCELED"))),
+        ("e", encode(_schedule(schedule_id="e", version=1, state="PAUSED", paused_at_ms=T_MS))),
+        ("e", encode(_schedule(schedule_id="e", version=2, resumed_at_ms=T_MS + 1000))),
+    ]
+    shard = Shard(0, {}, partitions=1)
+    for sid, value in log:
+        if value is None:
+            shard.forget(sid)
+        else:
+            shard.restore_entry(wire_state.decode_schedule_entry(value))
+    shard.finish_restore(now)
+    got = {sid: (e.version, e.state, e.payload, e.armed_at is not None) for sid, e in shard.entries.items()}
+    assert got == {
+        "a": (2, "ACTIVE", b"p2", True),
+        "c": (3, "PAUSED", b"p1", False),
+        "d": (2, "CANCELED", b"p1", False),
+        "e": (2, "ACTIVE", b"p1", True),
+    }
+    assert shard.active_count == {"tënant": 3}
+    assert shard.entries["a"].next_for is not None and shard.entries["a"].next_for % 86_400 == 12 * 3600
