@@ -92,26 +92,28 @@ class RecordApplier:
         self.shards, self.stats = shards, stats
         self.t_state = topic_name(settings, "state")
         self.topics = (self.t_state, topic_name(settings, "schedules"))
+        self._decode_entry = wire_state.decode_schedule_entry
 
     def __call__(self, m: Message) -> None:
         p = m.partition() or 0
-        shard, st, value = self.shards[p], self.stats[p], m.value()
-        if m.topic() == self.t_state:
-            st.state_records += 1
-            if value is None:  # a tombstone: the schedule's runtime state was cleared
-                shard.restored_runtime.pop((m.key() or b"").decode(), None)
+        shard, value = self.shards[p], m.value()
+        if m.topic() != self.t_state:  # ksched.schedules: nearly every record
+            if value is None:  # a purged schedule (its older record may not be compacted away yet)
+                shard.forget((m.key() or b"").decode())
                 return
             try:
-                wire_state.restore_state_record(shard, m.key(), value)
+                shard.restore_entry(self._decode_entry(value))
             except RecordDecodeError as exc:
-                st.undecodable += 1
-                log.error("shard %d: undecodable state record %r skipped: %s", p, m.key(), exc)
+                self.stats[p].undecodable += 1
+                log.error("shard %d: undecodable schedule record %r skipped: %s", p, m.key(), exc)
             return
-        if value is None:  # a purged schedule (its older record may not be compacted away yet)
-            shard.forget((m.key() or b"").decode())
+        st = self.stats[p]
+        st.state_records += 1
+        if value is None:  # a tombstone: the schedule's runtime state was cleared
+            shard.restored_runtime.pop((m.key() or b"").decode(), None)
             return
         try:
-            shard.restore_entry(wire_state.decode_schedule_entry(value))
+            wire_state.restore_state_record(shard, m.key(), value)
         except RecordDecodeError as exc:
             st.undecodable += 1
-            log.error("shard %d: undecodable schedule record %r skipped: %s", p, m.key(), exc)
+            log.error("shard %d: undecodable state record %r skipped: %s", p, m.key(), exc)

@@ -341,9 +341,12 @@ class ShardStore:
     def restore_entry(self, e: Entry) -> None:
         """Add a schedule read from ``ksched.schedules`` (called before cursors are final)."""
         old = self.entries.get(e.schedule_id)
-        if old is not None:
+        if old is not None:  # an older record of it not compacted away yet
             self.disarm(old)
-        self.add(e)
+            self.count(old, -1)
+        self.entries[e.schedule_id] = e
+        if e.state in (ACTIVE, PAUSED):  # count(e, 1) inline: once per restored schedule
+            self.active_count[e.tenant] = self.active_count.get(e.tenant, 0) + 1
         if e.last_request_id is not None:
             self.recent.remember(e.last_request_id, Applied(e.schedule_id, e.tenant, "", e.version))
         if e.state in TERMINAL:

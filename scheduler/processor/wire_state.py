@@ -29,6 +29,7 @@ from scheduler.records import (
     encode,
     record_type,
 )
+from scheduler.records.schedule_scan import scan, spec_of_key
 from scheduler.vocabulary import CommandKind, Lane
 
 _COMMAND_KINDS = frozenset(CommandKind)
@@ -154,11 +155,43 @@ def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now:
 
 
 def decode_schedule_entry(value: bytes) -> Entry:
-    """An entry from its ``ksched.schedules`` record (the hot path of restore: no dataclasses).
+    """An entry from its ``ksched.schedules`` record (the hot path of restore: no dataclasses;
+    a record of the current schema is scanned by hand, its spec compiled once per distinct
+    spec: :mod:`scheduler.records.schedule_scan`).
 
     Raises RecordDecodeError, also for a spec that no longer validates, so that
     restore skips the record with a log line instead of stopping.
     """
+    try:
+        s = scan(value)
+    except RecordDecodeError:  # what the general decoder makes of it decides (it is the laxer)
+        s = None
+    if s is None:  # also a record of a released schema: resolved by the general decoder
+        return _decode_resolved(value)
+    key = s.spec_key
+    try:
+        parts = spec_parts_by((key,), lambda: ScheduleSpecRecord(**spec_of_key(key), payload=b"").to_domain())
+    except (TypeError, ValueError, OverflowError, EOFError) as exc:
+        raise RecordDecodeError(f"schedule {s.schedule_id}: invalid spec: {exc}") from None
+    state = s.state
+    return Entry(
+        schedule_id=s.schedule_id,
+        tenant=s.tenant,
+        version=s.version,
+        state=state,
+        parts=parts,
+        payload=s.payload,
+        effective_from=s.effective_from_ms // 1000,
+        idempotency_key=s.idempotency_key,
+        created_at_ms=s.created_at_ms,
+        paused_at_ms=s.paused_at_ms,
+        resumed_at_ms=s.resumed_at_ms,
+        last_request_id=s.last_request_id,
+        finished_at=s.updated_at_ms // 1000 if state in TERMINAL else None,
+    )
+
+
+def _decode_resolved(value: bytes) -> Entry:
     s = decode_fields(value, Schedule)
     spec = s["spec"]
     payload = spec.pop("payload")
