@@ -150,9 +150,21 @@ class SchedulerClient(QueryCalls):
         self._reading.add(tenant)
 
     def close(self) -> None:
-        self._producer.flush(10)
-        self._results.close()
-        self.history.close()
+        """Deliver what is pending, then close. A producer the broker has refused for good (its
+        ACLs taken away: librdkafka's fatal CLUSTER_AUTHORIZATION_FAILED may come from the flush)
+        with nothing left to deliver closes quietly -- every refused command already raised
+        AccessDenied; with records still pending, the flush's refusal is raised as AccessDenied."""
+        try:
+            self._producer.flush(10)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or not is_denial(err):
+                raise
+            if len(self._producer):
+                raise denied(self.conn.who, err, "its commands topic", "write") from None
+        finally:
+            self._results.close()
+            self.history.close()
 
     def __enter__(self) -> SchedulerClient:
         return self
