@@ -7,8 +7,11 @@ Each converter has its inverse here: :func:`encode_schedule_change` / :func:`dec
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import TERMINAL, Entry, spec_parts_by
+from scheduler.processor.model import TERMINAL, Entry, SpecParts, spec_parts_by
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
 from scheduler.processor.wire import lit
 from scheduler.records import (
@@ -173,22 +176,7 @@ def decode_schedule_entry(value: bytes) -> Entry:
         parts = spec_parts_by((key,), lambda: ScheduleSpecRecord(**spec_of_key(key), payload=b"").to_domain())
     except (TypeError, ValueError, OverflowError, EOFError) as exc:
         raise RecordDecodeError(f"schedule {s.schedule_id}: invalid spec: {exc}") from None
-    state = s.state
-    return Entry(
-        schedule_id=s.schedule_id,
-        tenant=s.tenant,
-        version=s.version,
-        state=state,
-        parts=parts,
-        payload=s.payload,
-        effective_from=s.effective_from_ms // 1000,
-        idempotency_key=s.idempotency_key,
-        created_at_ms=s.created_at_ms,
-        paused_at_ms=s.paused_at_ms,
-        resumed_at_ms=s.resumed_at_ms,
-        last_request_id=s.last_request_id,
-        finished_at=s.updated_at_ms // 1000 if state in TERMINAL else None,
-    )
+    return _entry(s, parts, s.payload)
 
 
 def _decode_resolved(value: bytes) -> Entry:
@@ -199,20 +187,26 @@ def _decode_resolved(value: bytes) -> Entry:
         parts = spec_parts_by(tuple(spec.values()), lambda: ScheduleSpecRecord(**spec).to_domain())
     except (TypeError, ValueError, OverflowError) as exc:
         raise RecordDecodeError(f"schedule {s['schedule_id']}: invalid spec: {exc}") from None
+    return _entry(SimpleNamespace(**s), parts, payload)
+
+
+def _entry(s: Any, parts: SpecParts, payload: bytes) -> Entry:
+    """The entry of a decoded schedule record ``s`` (the scan's result or the general decoder's
+    fields: the same names), its spec's shared ``parts`` and its own ``payload``."""
     return Entry(
-        schedule_id=s["schedule_id"],
-        tenant=s["tenant"],
-        version=s["version"],
-        state=s["state"],
+        schedule_id=s.schedule_id,
+        tenant=s.tenant,
+        version=s.version,
+        state=s.state,
         parts=parts,
         payload=payload,
-        effective_from=s["effective_from_ms"] // 1000,
-        idempotency_key=s["idempotency_key"],
-        created_at_ms=s["created_at_ms"],
-        paused_at_ms=s["paused_at_ms"],
-        resumed_at_ms=s["resumed_at_ms"],
-        last_request_id=s.get("last_request_id"),
-        finished_at=s["updated_at_ms"] // 1000 if s["state"] in TERMINAL else None,
+        effective_from=s.effective_from_ms // 1000,
+        idempotency_key=s.idempotency_key,
+        created_at_ms=s.created_at_ms,
+        paused_at_ms=s.paused_at_ms,
+        resumed_at_ms=s.resumed_at_ms,
+        last_request_id=getattr(s, "last_request_id", None),  # absent from older releases
+        finished_at=s.updated_at_ms // 1000 if s.state in TERMINAL else None,
     )
 
 
