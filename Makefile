@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-install: $(STAMP) ## create .venv with ksched (editable) and the dev tools
+install: $(STAMP) ## create .venv with ksched (editable) and the dev tools; compile the hot modules
+	@$(BIN)/python -m scheduler.native build  # mypyc, the modules listed in scheduler/native.py; quick when current
 
 # The idempotency tests start a private PostgreSQL cluster from the server binaries (tests/pg_fixture.py).
 PG_CTL_GLOB ?= /usr/lib/postgresql/*/bin/pg_ctl

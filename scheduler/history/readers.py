@@ -9,6 +9,9 @@ malformed body raises ``ValueError``/``IndexError``/``RecordDecodeError``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from scheduler.native import load
 from scheduler.records import Occurrence, OccurrenceEvent, current_schema, decode_fields
 
 _OCC_SCHEMA = current_schema(Occurrence)
@@ -26,30 +29,9 @@ if tuple(f["name"] for f in _EVENT_SCHEMA.expanded["fields"]) != _EVENT_FIELDS: 
 _EVENT_STATES: tuple[str, ...] = tuple(
     next(f["type"]["symbols"] for f in _EVENT_SCHEMA.expanded["fields"] if f["name"] == "state")
 )
-
-
-def _long(buf: bytes, pos: int) -> tuple[int, int]:
-    """Avro long at ``pos`` (zig-zag varint): (value, position after it)."""
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:  # lengths, attempts, enum indexes, union branches: one byte
-        return (b >> 1) ^ -(b & 1), pos
-    z = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        shift += 7
-    return (z >> 1) ^ -(z & 1), pos
-
-
-def _text(buf: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _long(buf, pos)
-    end = pos + n
-    if n < 0 or end > len(buf):
-        raise ValueError(f"string of {n} bytes at {pos} runs past the record")
-    return buf[pos:end].decode(), end
+_avro = load("scheduler.records.scan_core")  # the compiled varint and string readers, when built
+_long: Callable[[bytes, int], tuple[int, int]] = _avro.read_long
+_text: Callable[[bytes, int], tuple[str, int]] = _avro.read_string
 
 
 def dispatch_fields(value: bytes) -> tuple[str, str, str, int, int, int, int]:

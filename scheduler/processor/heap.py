@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import gc
 import time
+from collections.abc import Iterator
 
 
 class Heap:
@@ -31,6 +32,24 @@ class Heap:
             gc.freeze()
             self.changed = False
             self._last_freeze = now
+
+    @contextlib.contextmanager
+    def no_collections(self) -> Iterator[None]:
+        """A restore pass without the cyclic GC, then :meth:`settle`.
+
+        A restore creates up to millions of entries and keeps every one: each full collection on
+        the way traverses all of them again, for nothing (a quarter of restore's CPU, measured
+        in docs/decisions.md). Reference counting still frees what a restore drops (an older
+        record of a schedule); a restore makes no cycles of its own.
+        """
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was:
+                gc.enable()
+            self.settle(force=True)
 
     @staticmethod
     def release_free_memory() -> None:

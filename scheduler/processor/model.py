@@ -10,7 +10,7 @@ what the tick needs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import NamedTuple
@@ -98,21 +98,21 @@ def spec_parts(spec: ScheduleSpec) -> SpecParts:
     return parts
 
 
-_BY_CALLER_KEY = object()  # tags a caller's key, so that it never equals a _SPEC_KEY tuple
+_PARTS_BY: dict[Hashable, SpecParts] = {}
+known_spec_parts = _PARTS_BY.get  # the parts of a caller's key already seen, else None (no call)
 
 
-def spec_parts_by(key: tuple[object, ...], build: Callable[[], ScheduleSpec]) -> SpecParts:
+def spec_parts_by(key: Hashable, build: Callable[[], ScheduleSpec]) -> SpecParts:
     """The interned parts of a spec known by a caller's stable ``key`` of everything but its
-    payload (restore: a decoded record's spec fields); ``build`` makes the spec only on a
-    miss, so a shard's schedules are validated and compiled once per distinct spec, not once
+    payload (restore: a record's encoded spec without the payload); ``build`` makes the spec only
+    on a miss, so a shard's schedules are validated and compiled once per distinct spec, not once
     each. Raises like :func:`spec_parts`."""
-    tagged = (_BY_CALLER_KEY, key)
-    parts = _PARTS.get(tagged)
+    parts = _PARTS_BY.get(key)
     if parts is None:
         parts = spec_parts(build())
-        if len(_PARTS) >= _PARTS_LIMIT:
-            _PARTS.clear()
-        _PARTS[tagged] = parts
+        if len(_PARTS_BY) >= _PARTS_LIMIT:
+            _PARTS_BY.clear()  # clear(), not a new dict: known_spec_parts stays bound to this one
+        _PARTS_BY[key] = parts
     return parts
 
 
@@ -151,7 +151,6 @@ class Entry:
 
     def __init__(
         self,
-        *,
         schedule_id: str,
         tenant: str,
         version: int,

@@ -211,12 +211,15 @@ class Ownership:
                 log.info("shard %d: warm copy of %d records, restoring its tail", p, warm.records)
             else:
                 log.info("shard %d: no warm copy, restoring from the start", p)
-        # 2. restore (a warm copy's tail with the standby's connected reader)
-        stats = restore_shards(self.settings, shards, starts, self.standby.tail_reader if starts else None)
+        with self.heap.no_collections():
+            # 2. restore (a warm copy's tail with the standby's connected reader)
+            tail = self.standby.tail_reader if starts else None
+            stats = restore_shards(self.settings, shards, starts, tail)
+            for shard in shards.values():
+                shard.finish_restore(int(self.clock()))  # 3. arm
         elapsed = time.monotonic() - started
         self.metrics.restore_wall_seconds.inc(elapsed)
         for p, shard in shards.items():
-            shard.finish_restore(int(self.clock()))  # 3. arm
             self.metrics.restore_done(p, elapsed)
             log.info(
                 "shard %d: restored %d schedules, %d state records; watermark %d",
@@ -224,7 +227,6 @@ class Ownership:
             )
             self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_shards, p))
         log.info("restored %d shards in %.2fs", len(shards), time.monotonic() - started)
-        self.heap.settle(force=True)
         self.heap.release_free_memory()
 
     def _resume(self, p: int) -> None:

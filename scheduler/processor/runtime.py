@@ -126,7 +126,8 @@ class Processor:
                 self.registry.start()  # the whole registry before the first shard: no command races it
             # confluent framing: the known tenants' subjects before the first record (fails fast)
             self.checkpoints.topics.frame_tenants(self.tenants)
-            self.ownership.standby.warm_up(WARM_UP_TIMEOUT_S, self._stop.is_set)
+            with self.heap.no_collections():
+                self.ownership.standby.warm_up(WARM_UP_TIMEOUT_S, self._stop.is_set)
         except BaseException:
             self.ownership.standby.close()
             if self.registry is not None:

@@ -7,11 +7,12 @@ Each converter has its inverse here: :func:`encode_schedule_change` / :func:`dec
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from collections.abc import Callable, Hashable
 from typing import Any
 
+from scheduler.domain import ScheduleSpec
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import TERMINAL, Entry, SpecParts, spec_parts_by
+from scheduler.processor.model import TERMINAL, Entry, SpecParts, known_spec_parts, spec_parts_by
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
 from scheduler.processor.wire import lit
 from scheduler.records import (
@@ -32,7 +33,8 @@ from scheduler.records import (
     encode,
     record_type,
 )
-from scheduler.records.schedule_scan import scan, spec_of_key
+from scheduler.records.scan_core import Scanned
+from scheduler.records.schedule_scan import ScannedSchedule, scan_fields, spec_of_key
 from scheduler.vocabulary import CommandKind, Lane
 
 _COMMAND_KINDS = frozenset(CommandKind)
@@ -166,47 +168,45 @@ def decode_schedule_entry(value: bytes) -> Entry:
     restore skips the record with a log line instead of stopping.
     """
     try:
-        s = scan(value)
+        s = scan_fields(value)
     except RecordDecodeError:  # what the general decoder makes of it decides (it is the laxer)
         s = None
     if s is None:  # also a record of a released schema: resolved by the general decoder
         return _decode_resolved(value)
-    key = s.spec_key
-    try:
-        parts = spec_parts_by((key,), lambda: ScheduleSpecRecord(**spec_of_key(key), payload=b"").to_domain())
-    except (TypeError, ValueError, OverflowError, EOFError) as exc:
-        raise RecordDecodeError(f"schedule {s.schedule_id}: invalid spec: {exc}") from None
-    return _entry(s, parts, s.payload)
+    key = s[4]
+    parts = known_spec_parts(key)
+    if parts is None:
+        parts = _spec_parts(key, lambda: _spec_of_key(key), s[1])
+    return _entry(s, parts)
 
 
 def _decode_resolved(value: bytes) -> Entry:
     s = decode_fields(value, Schedule)
-    spec = s["spec"]
-    payload = spec.pop("payload")
+    spec, sid = s["spec"], s["schedule_id"]
+    s["payload"] = spec.pop("payload")
+    parts = _spec_parts(tuple(spec.values()), lambda: ScheduleSpecRecord(**spec).to_domain(), sid)
+    return _entry(tuple(s.get(f) for f in ScannedSchedule._fields), parts)  # a field older schemas lack: None
+
+
+def _spec_of_key(key: bytes) -> ScheduleSpec:
+    return ScheduleSpecRecord(**spec_of_key(key), payload=b"").to_domain()
+
+
+def _spec_parts(key: Hashable, build: Callable[[], ScheduleSpec], schedule_id: str) -> SpecParts:
     try:
-        parts = spec_parts_by(tuple(spec.values()), lambda: ScheduleSpecRecord(**spec).to_domain())
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise RecordDecodeError(f"schedule {s['schedule_id']}: invalid spec: {exc}") from None
-    return _entry(SimpleNamespace(**s), parts, payload)
+        return spec_parts_by(key, build)
+    except (TypeError, ValueError, OverflowError, EOFError) as exc:
+        raise RecordDecodeError(f"schedule {schedule_id}: invalid spec: {exc}") from None
 
 
-def _entry(s: Any, parts: SpecParts, payload: bytes) -> Entry:
-    """The entry of a decoded schedule record ``s`` (the scan's result or the general decoder's
-    fields: the same names), its spec's shared ``parts`` and its own ``payload``."""
+def _entry(f: Scanned | tuple[Any, ...], parts: SpecParts) -> Entry:
+    """The entry of a schedule record's fields ``f`` in :class:`ScannedSchedule`'s order (the
+    scan's or the general decoder's) and its spec's shared ``parts``."""
+    tenant, sid, version, state, _, payload, created, updated, effective, idem, paused, resumed, last = f
+    # Positional: a million restored entries pay for keyword matching otherwise (Entry's order).
     return Entry(
-        schedule_id=s.schedule_id,
-        tenant=s.tenant,
-        version=s.version,
-        state=s.state,
-        parts=parts,
-        payload=payload,
-        effective_from=s.effective_from_ms // 1000,
-        idempotency_key=s.idempotency_key,
-        created_at_ms=s.created_at_ms,
-        paused_at_ms=s.paused_at_ms,
-        resumed_at_ms=s.resumed_at_ms,
-        last_request_id=getattr(s, "last_request_id", None),  # absent from older releases
-        finished_at=s.updated_at_ms // 1000 if s.state in TERMINAL else None,
+        sid, tenant, version, state, parts, payload, effective // 1000, idem, created, paused, resumed, last,
+        updated // 1000 if state in TERMINAL else None,
     )
 
 

@@ -12,7 +12,14 @@ at import there).
 
 from __future__ import annotations
 
-from scheduler.history.readers import _EVENT_HEADER, _EVENT_STATES, _OCC_HEADER, dispatch_fields, event_fields
+from scheduler.history.readers import (
+    _EVENT_HEADER,
+    _EVENT_STATES,
+    _OCC_HEADER,
+    _long,
+    dispatch_fields,
+    event_fields,
+)
 
 Head = tuple[str, str, str, int, int, int]  # oid, schedule id, tenant, version, scheduled_for_ms, attempt
 
@@ -23,7 +30,7 @@ def dispatch_head(v: bytes) -> Head:
         head = _strings_and_version(v)
         if head is not None:
             oid, sid, ten, ver, p = head
-            sf, p = _varint(v, p)
+            sf, p = _long(v, p)
             while v[p] & 0x80:  # available_at_ms: skipped
                 p += 1
             p += 1
@@ -42,7 +49,7 @@ def event_head(v: bytes) -> tuple[str, str, str, int, int, str, int]:
         head = _strings_and_version(v)
         if head is not None:
             oid, sid, ten, ver, p = head
-            sf, p = _varint(v, p)
+            sf, p = _long(v, p)
             state, branch = v[p], v[p + 1]
             if state < 0x80 and branch in (0, 2):
                 attempt = 0
@@ -83,14 +90,3 @@ def _strings_and_version(v: bytes) -> tuple[str, str, str, int, int] | None:
     if b >= 0x80:
         return None
     return oid, sid, ten, (b >> 1) ^ -(b & 1), e + 1
-
-
-def _varint(v: bytes, p: int) -> tuple[int, int]:
-    z = shift = 0
-    while True:
-        b = v[p]
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), p
-        shift += 7

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from fastavro import parse_schema, schemaless_reader
 
+from scheduler.native import load
 from scheduler.records.codec import current_schema
 from scheduler.records.errors import RecordDecodeError
+from scheduler.records.scan_core import Scanned
 from scheduler.records.types import Schedule
 
 _SCHEMA = current_schema(Schedule)
@@ -70,8 +72,11 @@ class ScannedSchedule(NamedTuple):
     last_request_id: str | None
 
 
+_core = load("scheduler.records.scan_core")  # compiled when built (make install)
+_scan_body: Callable[..., Scanned] = _core.scan_body
+_long: Callable[[bytes, int], tuple[int, int]] = _core.read_long
+_size: Callable[[bytes, int], tuple[int, int]] = _core.read_size
 _make = ScannedSchedule._make  # tuple.__new__: a quarter of the NamedTuple constructor's cost
-T = TypeVar("T")
 _known: set[bytes] = set()
 _lengths: list[int] = []
 
@@ -79,67 +84,27 @@ _lengths: list[int] = []
 def scan(value: bytes) -> ScannedSchedule | None:
     """``value``'s fields if it is a ``Schedule`` in the current schema, else None (decode it
     the general way). Raises :class:`RecordDecodeError` for a truncated or corrupt body."""
+    fields = scan_fields(value)
+    return None if fields is None else _make(fields)
+
+
+def scan_fields(value: bytes) -> Scanned | None:
+    """:func:`scan`'s fields as a plain tuple in :class:`ScannedSchedule`'s order: restore's hot
+    path (a named tuple's attributes cost more than unpacking)."""
     if value[:10] != _HEADER:
         return None
     try:
-        return _scan(value)
+        return _scan_body(value, _STATES, _known, _lengths, _key_end)
     except (IndexError, UnicodeDecodeError, ValueError) as exc:
         why = f"{type(exc).__name__}: {exc}"
         raise RecordDecodeError(f"Schedule (current schema): truncated or corrupt body: {why}") from None
 
 
-def _scan(b: bytes) -> ScannedSchedule:
-    # Lengths, the version, enum indexes and union branches are one-byte varints but for rare
-    # values: read inline, the general varint (timestamps) by _long.
-    n = b[10]
-    if n & 0x81:  # not a one-byte, non-negative varint
-        n, i = _size(b, 10)
-    else:
-        n, i = n >> 1, 11
-    tenant = b[i : i + n].decode()
-    i += n
-    n = b[i]
-    if n & 0x81:
-        n, i = _size(b, i)
-    else:
-        n, i = n >> 1, i + 1
-    sid = b[i : i + n].decode()
-    i += n
-    version, i = _long(b, i)
-    if b[i] & 0x81:
-        raise ValueError(f"state symbol byte {b[i]}")
-    state = _STATES[b[i] >> 1]
-    i += 1
-    for n in _lengths:
-        key = b[i : i + n]
-        if key in _known:
-            break
-    else:
-        n = _skip(_KEY_SCHEMA, b, i) - i
-        key = b[i : i + n]
-        _remember(key)
-    i += n
-    n = b[i]
-    if n & 0x81:
-        n, i = _size(b, i)
-    else:
-        n, i = n >> 1, i + 1
-    payload = b[i : i + n]
-    if len(payload) != n:
-        raise IndexError("payload runs past the end")
-    i += n
-    created, i = _long(b, i)
-    updated, i = _long(b, i)
-    effective, i = _long(b, i)
-    idem = last = paused = resumed = None
-    idem, i = _optional(_string, b, i)
-    paused, i = _optional(_long, b, i)
-    resumed, i = _optional(_long, b, i)
-    last, i = _optional(_string, b, i)
-    if i != len(b):
-        raise ValueError(f"{len(b) - i} bytes where the body should end")
-    return _make((tenant, sid, version, state, key, payload, created, updated, effective, idem, paused,
-                  resumed, last))
+def _key_end(b: bytes, i: int) -> int:
+    """The end of a spec key not seen before (walked field by field), now remembered."""
+    end = _skip(_KEY_SCHEMA, b, i)
+    _remember(b[i:end])
+    return end
 
 
 def _remember(key: bytes) -> None:
@@ -158,74 +123,6 @@ def spec_of_key(key: bytes) -> dict[str, Any]:
     except Exception as exc:  # fastavro's errors for a bad body vary (IndexError, ValueError, ...)
         raise RecordDecodeError(f"ScheduleSpec: corrupt body: {type(exc).__name__}: {exc}") from None
     return dict(datum)
-
-
-def _long(b: bytes, i: int) -> tuple[int, int]:
-    """Avro ``long``/``int`` at ``i`` (a zig-zag varint) and the offset after it. Unrolled to six
-    bytes, an epoch-milliseconds timestamp's length (a loop costs a quarter more)."""
-    x = b[i]
-    if x < 0x80:
-        return (x >> 1) ^ -(x & 1), i + 1
-    n = x & 0x7F
-    x = b[i + 1]
-    n |= (x & 0x7F) << 7
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 2
-    x = b[i + 2]
-    n |= (x & 0x7F) << 14
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 3
-    x = b[i + 3]
-    n |= (x & 0x7F) << 21
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 4
-    x = b[i + 4]
-    n |= (x & 0x7F) << 28
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 5
-    x = b[i + 5]
-    n |= (x & 0x7F) << 35
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 6
-    return _long_rest(b, i + 6, n, 42)
-
-
-def _long_rest(b: bytes, i: int, n: int, shift: int) -> tuple[int, int]:
-    while True:
-        x = b[i]
-        i += 1
-        n |= (x & 0x7F) << shift
-        if x < 0x80:
-            return (n >> 1) ^ -(n & 1), i
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _string(b: bytes, i: int) -> tuple[str, int]:
-    n, i = _size(b, i)
-    end = i + n
-    if end > len(b):
-        raise IndexError("string runs past the end")
-    return b[i:end].decode(), end
-
-
-def _size(b: bytes, i: int) -> tuple[int, int]:
-    """A length: a varint that must not be negative."""
-    n, i = _long(b, i)
-    if n < 0:
-        raise ValueError(f"negative length {n}")
-    return n, i
-
-
-def _optional(read: Callable[[bytes, int], tuple[T, int]], b: bytes, i: int) -> tuple[T | None, int]:
-    """A ``["null", T]`` union: its branch byte (0 or 2), then ``read``'s value when not null."""
-    branch = b[i]
-    if branch == 0:
-        return None, i + 1
-    if branch != 2:
-        raise ValueError(f"union branch byte {branch} of [null, ...]")
-    return read(b, i + 1)
 
 
 _FIXED_SIZE = {"null": 0, "boolean": 1, "float": 4, "double": 8}

@@ -1,0 +1,128 @@
+"""Compiled copies of a few pure hot-path modules (mypyc); the ``.py`` stays the source of truth.
+
+A module listed in :data:`NATIVE` is self-contained (stdlib imports only) and fully typed, so
+mypyc compiles it unchanged. ``make install`` runs ``python -m scheduler.native build``, which
+compiles each one into ``_<name>_native`` next to it and stamps the build with the source's
+SHA-256. Callers take the module through :func:`load`, which returns the compiled copy only when
+its stamp matches the source as it is now: an edited source is never shadowed by a stale build,
+and a machine without a compiler (or without mypyc: it ships with the ``dev`` extra's mypy) runs
+the same code interpreted. ``KSCHED_NATIVE=0`` forces the interpreted modules (to compare them).
+
+``python -m scheduler.native check`` fails unless every listed module's compiled copy is current;
+the test suite runs it, so CI measures what production runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+log = logging.getLogger("ksched.native")
+
+# Each entry was proven hot by a profile; the ratio it bought is in docs/decisions.md.
+NATIVE: tuple[str, ...] = ("scheduler.records.scan_core",)
+
+
+def load(name: str) -> ModuleType:
+    """The compiled copy of module ``name`` when it is current, else ``name`` itself."""
+    pure = importlib.import_module(name)
+    if os.environ.get("KSCHED_NATIVE", "1") == "0":
+        return pure
+    try:
+        native = importlib.import_module(_native_name(name))
+    except ImportError:
+        log.info("%s runs interpreted: no compiled copy (make install builds one)", name)
+        return pure
+    if _stamp_path(name).read_text().strip() != _source_hash(name):
+        log.warning("%s runs interpreted: its compiled copy is older than the source; run make install", name)
+        return pure
+    return native
+
+
+def status() -> dict[str, str]:
+    """Per listed module: ``current``, ``stale`` or ``missing``."""
+    out = {}
+    for name in NATIVE:
+        stamp = _stamp_path(name)
+        if not stamp.exists() or not list(_source_path(name).parent.glob(f"{_leaf(name)}.*.so")):
+            out[name] = "missing"
+        else:
+            out[name] = "current" if stamp.read_text().strip() == _source_hash(name) else "stale"
+    return out
+
+
+def build(force: bool = False) -> None:
+    """Compile every listed module whose copy is not current (``force``: all of them)."""
+    for name, state in status().items():
+        if state == "current" and not force:
+            continue
+        _compile(name)
+        print(f"native: compiled {name}")
+
+
+def _compile(name: str) -> None:
+    src = _source_path(name)
+    package = name.rsplit(".", 1)[0].split(".")
+    with tempfile.TemporaryDirectory(prefix="ksched-native-") as tmp:
+        # mypyc names the extension after its path, so the copy sits in the same package layout.
+        d = Path(tmp)
+        for i in range(len(package)):
+            (d.joinpath(*package[: i + 1])).mkdir(exist_ok=True)
+            (d.joinpath(*package[: i + 1]) / "__init__.py").touch()
+        rel = Path(*package) / f"{_leaf(name)}.py"
+        shutil.copyfile(src, d / rel)
+        done = subprocess.run(
+            [sys.executable, "-m", "mypyc", str(rel)], cwd=d, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"native: mypyc failed on {name}:\n{done.stdout}\n{done.stderr}")
+        for so in d.joinpath(*package).glob(f"{_leaf(name)}*.so"):
+            shutil.copyfile(so, src.parent / so.name)
+    _stamp_path(name).write_text(_source_hash(name) + "\n")
+
+
+def _native_name(name: str) -> str:
+    return f"{name.rsplit('.', 1)[0]}.{_leaf(name)}"
+
+
+def _leaf(name: str) -> str:
+    return f"_{name.rsplit('.', 1)[1]}_native"
+
+
+def _source_path(name: str) -> Path:
+    root = Path(__file__).resolve().parent.parent
+    return root.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def _stamp_path(name: str) -> Path:
+    return _source_path(name).parent / f"{_leaf(name)}.sha256"
+
+
+def _source_hash(name: str) -> str:
+    return hashlib.sha256(_source_path(name).read_bytes()).hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[0] if argv else "check"
+    if cmd == "build":
+        build(force="--force" in argv)
+        return 0
+    if cmd == "check":
+        bad = {n: s for n, s in status().items() if s != "current"}
+        for n, s in bad.items():
+            print(f"native: {n}: compiled copy {s}; run `make install` (python -m scheduler.native build)")
+        return 1 if bad else 0
+    print("usage: python -m scheduler.native build [--force] | check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
