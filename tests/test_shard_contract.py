@@ -255,6 +255,26 @@ def test_a_finished_schedule_still_running_or_revived_is_not_purged() -> None:
     assert [e.schedule_id for e in s.due(T0 + 260, 100, float(T0 + 260)).purged] == ["busy"]
 
 
+def test_a_warm_copy_that_never_purges_keeps_its_purge_order_bounded() -> None:
+    """A warm copy applies every terminal record the owner writes but never takes purge turns:
+    its purge order must not grow with the records it has read (only with what it holds)."""
+    owner = Shard(0, {"a": Tenant(name="a")}, partitions=1, finished_retention_s=100)
+    copy = Shard(0, {"a": Tenant(name="a")}, partitions=1, finished_retention_s=100)
+    for i in range(5_000):  # created, canceled, then purged by the owner: three records each
+        sid = f"s{i}"
+        cmd(owner, "CREATE", sid, T0 + i, cron())
+        cmd(owner, "CANCEL", sid, T0 + i)
+        copy.restore_entry(owner.entries[sid])
+        if i >= 10:  # the owner's purge tombstones an older one
+            old = f"s{i - 10}"
+            owner.forget(old)
+            copy.forget(old)
+    assert len(copy.entries) == 10
+    assert len(copy._finished) <= 2 * len(copy.entries) + 1024 + 1
+    due = copy.purge(T0 + 10_000 + 100, 100)
+    assert sorted(e.schedule_id for e in due) == sorted(f"s{i}" for i in range(4_990, 5_000))
+
+
 def test_a_tombstone_read_in_restore_drops_the_older_record() -> None:
     s = shard()
     cmd(s, "CREATE", "x", T0, cron())

@@ -365,6 +365,15 @@ class ShardStore:
         """``e`` reached COMPLETED or CANCELED at ``at``: it is purged ``finished_retention_s`` later."""
         e.finished_at = at
         heapq.heappush(self._finished, (at, e.schedule_id))
+        if len(self._finished) > 2 * len(self.entries) + 1024:
+            # Stale items (revived, finished again, forgotten) are dropped at their turn; a warm
+            # copy never takes turns (only an owner purges), so it drops them here instead.
+            self._finished = [
+                (x.finished_at, sid)
+                for sid, x in self.entries.items()
+                if x.state in TERMINAL and x.finished_at is not None
+            ]
+            heapq.heapify(self._finished)
 
     def purge(self, now: int, limit: int) -> list[Entry]:
         """Up to ``limit`` finished schedules whose retention ran out, dropped from the shard; the
