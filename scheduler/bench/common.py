@@ -145,6 +145,18 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def main_thread_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``'s main thread: a Python process's critical path
+    (librdkafka's own threads run beside it on the other cores); 0 once it is gone."""
+    import psutil
+
+    try:
+        threads = psutil.Process(pid).threads()
+    except psutil.Error:
+        return 0.0
+    return float(sum(t.user_time + t.system_time for t in threads if t.id == pid))
+
+
 def topic_bytes(settings: Settings) -> dict[str, int]:
     """Bytes of the namespace's topic logs per topic (without the ``<namespace>.`` prefix), summed
     over partitions and replicas, read from the local broker's ``log.dirs`` (every node's under

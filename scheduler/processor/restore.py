@@ -95,9 +95,12 @@ class RecordApplier:
         self._decode_entry = wire_state.decode_schedule_entry
 
     def __call__(self, m: Message) -> None:
-        p = m.partition() or 0
+        self.apply(m, m.partition() or 0, m.topic())
+
+    def apply(self, m: Message, p: int, topic: str | None) -> None:
+        """:meth:`__call__` for a caller that already read ``m``'s partition and topic."""
         shard, value = self.shards[p], m.value()
-        if m.topic() != self.t_state:  # ksched.schedules: nearly every record
+        if topic != self.t_state:  # ksched.schedules: nearly every record
             if value is None:  # a purged schedule (its older record may not be compacted away yet)
                 shard.forget((m.key() or b"").decode())
                 return

@@ -116,6 +116,7 @@ class Standby:
             return 0
         n = 0
         deadline = time.monotonic() + budget_s
+        apply, copies = self._apply.apply, self.copies  # a warm-up runs this loop a million times
         while True:
             msgs = self._consumer.consume(BATCH, wait_s)
             for m in msgs:
@@ -128,11 +129,11 @@ class Standby:
                         log.warning("standby: consume error: %s", err)
                     continue
                 p, topic = m.partition() or 0, m.topic() or ""
-                copy = self.copies.get(p)
+                copy = copies.get(p)
                 if copy is None:  # taken or dropped since it was fetched
                     continue
-                self._apply(m)
-                copy.next[(topic, p)] = (m.offset() or 0) + 1
+                apply(m, p, topic)
+                copy.next[topic, p] = (m.offset() or 0) + 1
                 copy.records += 1
                 n += 1
             if len(msgs) < BATCH or time.monotonic() >= deadline:
