@@ -126,8 +126,9 @@ class KeyChecker:
 
     ``keys_of`` returns, at call time, every tenant's keys (e.g. from the followed registry);
     ``find`` looks one key id up in an index of them.
-    Thread-safe. A key verified once is not hashed again for ``ttl_s``, but is looked up in
-    ``keys_of()`` every time: revoked, or its tenant gone, it is refused at once.
+    Thread-safe. A key verified (or refused) once is not hashed again for ``ttl_s``, nor by two
+    threads at once, but is looked up in ``keys_of()`` every time: revoked, or its tenant gone, it
+    is refused at once.
     """
 
     def __init__(self, keys_of: Callable[[], Mapping[str, Iterable[ApiKey]]] | None = None, *,
@@ -139,6 +140,8 @@ class KeyChecker:
             raise ValueError("KeyChecker: pass exactly one of keys_of and find")
         self._keys_of, self._lookup, self._ttl_s, self._max = keys_of, find, ttl_s, max_cached
         self._verified: dict[bytes, tuple[str, str, float]] = {}  # sha256(key) -> tenant, id, until
+        self._refused: dict[bytes, float] = {}  # sha256(key) -> until: a wrong secret, hashed once
+        self._hashing: dict[bytes, threading.Lock] = {}  # sha256(key) -> held while it is hashed
         self._lock = threading.Lock()
 
     def tenant_of(self, key: str) -> str | None:
@@ -154,18 +157,44 @@ class KeyChecker:
         if not record.active:
             return None
         digest = hashlib.sha256(key.encode()).digest()
+        known = self._known(digest, tenant, key_id)
+        if known is not None:
+            return tenant if known else None
+        # One hash per key at a time: the first burst of N connections with a new key (a client's
+        # pool opening) would otherwise run N scrypts of ~50 ms at once, all for the same answer.
+        with self._lock:
+            hashing = self._hashing.setdefault(digest, threading.Lock())
+        with hashing:
+            known = self._known(digest, tenant, key_id)
+            if known is None:
+                known = secret_matches(secret, record.secret_hash)
+                self._remember(digest, tenant, key_id, known)
+        with self._lock:
+            self._hashing.pop(digest, None)
+        return tenant if known else None
+
+    def _known(self, digest: bytes, tenant: str, key_id: str) -> bool | None:
+        """Whether the key hashed right when last checked (None: not checked, or too long ago)."""
         now = time.monotonic()
         with self._lock:
             hit = self._verified.get(digest)
+            wrong = self._refused.get(digest, 0.0)
         if hit is not None and hit[0] == tenant and hit[1] == key_id and hit[2] > now:
-            return tenant
-        if not secret_matches(secret, record.secret_hash):
-            return None
+            return True
+        return False if wrong > now else None
+
+    def _remember(self, digest: bytes, tenant: str, key_id: str, matched: bool) -> None:
+        # A key id's hash never changes, so a wrong secret stays wrong: remembering it keeps a
+        # client retrying with a bad key from costing a scrypt per request.
+        until = time.monotonic() + self._ttl_s
         with self._lock:
-            if len(self._verified) >= self._max:
-                self._verified.clear()  # bounded: the next calls hash again
-            self._verified[digest] = (tenant, key_id, now + self._ttl_s)
-        return tenant
+            for seen in (self._verified, self._refused):
+                if len(seen) >= self._max:
+                    seen.clear()  # bounded: the next calls hash again
+            if matched:
+                self._verified[digest] = (tenant, key_id, until)
+            else:
+                self._refused[digest] = until
 
     def _find(self, key_id: str) -> tuple[str, ApiKey] | None:
         if self._lookup is not None:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -370,32 +373,84 @@ def test_over_its_request_rate_a_tenant_gets_429_with_retry_after_from_a_real_ap
     """``ksched api`` as a process with ``KSCHED_API_RATE_PER_S=1`` (burst 2): A's quick requests
     past the burst are 429 problems with ``Retry-After``; B, limited on its own, still gets 200; A
     gets 200 again once it waited what Retry-After said."""
+    with _api_process(ready, tmp_path, "api", KSCHED_API_RATE_PER_S="1") as base, \
+            httpx.Client(base_url=base, timeout=30) as c:
+        for t in (A, B):  # the process follows the registry: 401 until it has read the keys
+            _until(f"{t}'s key", lambda t=t: c.get("/v1/lag", headers=ready.as_(t)).status_code != 401)
+        time.sleep(2.5)  # the buckets refill to the burst (2 tokens at 1/s)
+        answers = []
+        for _ in range(20):  # back to back: past the burst, the bucket refills slower than they come
+            answers.append(c.get("/v1/lag", headers=ready.as_(A)))
+            if answers[-1].status_code == 429:
+                break
+        assert [r.status_code for r in answers[:2]] == [200, 200], [r.text for r in answers]
+        assert answers[-1].status_code == 429, [r.elapsed for r in answers]  # each took over 1 s?
+        body = _problem(answers[-1], 429)
+        wait = int(answers[-1].headers["Retry-After"])
+        assert 1 <= wait <= 2 and A in body["detail"] and "retry after" in body["detail"], body
+        assert c.get("/v1/lag", headers=ready.as_(B)).status_code == 200  # B's own bucket
+        time.sleep(wait)
+        assert c.get("/v1/lag", headers=ready.as_(A)).status_code == 200
+
+
+@contextmanager
+def _api_process(ready: Api, tmp_path: Path, name: str, **env: str) -> Iterator[str]:
+    """``ksched api`` as a process of its own on the test's stack: its base URL, once it answers."""
     port = free_port()
-    env = {**os.environ, "KSCHED_API_RATE_PER_S": "1", "KSCHED_HISTORY_DSN": ready.settings.history_dsn}
-    with (tmp_path / "api.log").open("wb") as log:
+    full = {**os.environ, "KSCHED_HISTORY_DSN": ready.settings.history_dsn, **env}
+    log_file = tmp_path / f"{name}.log"
+    with log_file.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler", "api", "--port", str(port)], env=env, stdout=log, stderr=log
+            [sys.executable, "-m", "scheduler", "api", "--port", str(port)], env=full, stdout=log, stderr=log
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        assert wait_ready(base, proc, 60, "/healthz") is None, (tmp_path / "api.log").read_text()
-        with httpx.Client(base_url=base, timeout=30) as c:
-            for t in (A, B):  # the process follows the registry: 401 until it has read the keys
-                _until(f"{t}'s key", lambda t=t: c.get("/v1/lag", headers=ready.as_(t)).status_code != 401)
-            time.sleep(2.5)  # the buckets refill to the burst (2 tokens at 1/s)
-            answers = []
-            for _ in range(20):  # back to back: past the burst, the bucket refills slower than they come
-                answers.append(c.get("/v1/lag", headers=ready.as_(A)))
-                if answers[-1].status_code == 429:
-                    break
-            assert [r.status_code for r in answers[:2]] == [200, 200], [r.text for r in answers]
-            assert answers[-1].status_code == 429, [r.elapsed for r in answers]  # each took over 1 s?
-            body = _problem(answers[-1], 429)
-            wait = int(answers[-1].headers["Retry-After"])
-            assert 1 <= wait <= 2 and A in body["detail"] and "retry after" in body["detail"], body
-            assert c.get("/v1/lag", headers=ready.as_(B)).status_code == 200  # B's own bucket
-            time.sleep(wait)
-            assert c.get("/v1/lag", headers=ready.as_(A)).status_code == 200
+        assert wait_ready(base, proc, 60, "/healthz") is None, log_file.read_text()
+        yield base
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_one_idempotency_key_raced_on_two_api_instances_makes_one_schedule(
+    ready: Api, tmp_path: Path
+) -> None:
+    """Two ``ksched api`` processes get the same Idempotency-Key at the same moment: the same body
+    answers the same schedule on both (or 409 while the other holds it), another body 422 on one of
+    them; never two schedules. (The schedule id derives from tenant and key, and the processor
+    applies one schedule's commands in order: the second create is a replay or a conflict.)"""
+    me = ready.as_(A)
+    with _api_process(ready, tmp_path, "api-1") as one, _api_process(ready, tmp_path, "api-2") as two, \
+            httpx.Client(base_url=one, timeout=30) as c1, httpx.Client(base_url=two, timeout=30) as c2:
+        for c in (c1, c2):  # each process follows the registry: 401 until it has read A's key
+            _until("A's key on an instance", lambda c=c: c.get("/v1/lag", headers=me).status_code != 401)
+
+        def race(key: str, bodies: tuple[dict[str, Any], dict[str, Any]]) -> list[httpx.Response]:
+            start = threading.Barrier(2)
+
+            def send(c: httpx.Client, body: dict[str, Any]) -> httpx.Response:
+                start.wait()
+                return c.post("/v1/schedules", json=body, headers={**me, "Idempotency-Key": key})
+
+            with ThreadPoolExecutor(2) as pool:
+                return list(pool.map(send, (c1, c2), bodies))
+
+        same = _spec(handler="raced-same")
+        for i in range(5):
+            answers = race(f"raced-{i}", (same, same))
+            statuses = sorted(r.status_code for r in answers)
+            assert statuses in ([201, 201], [201, 409]), [r.text for r in answers]
+            assert len({r.json()["schedule_id"] for r in answers if r.status_code == 201}) == 1
+        for i in range(5):
+            answers = race(f"raced-other-{i}", (_spec(handler="raced-other"), _spec(handler="raced-other",
+                                                                                    cron="0 4 * * *")))
+            assert sorted(r.status_code for r in answers) == [201, 422], [r.text for r in answers]
+            _problem(next(r for r in answers if r.status_code == 422), 422, "Idempotency-Key")
+
+        def listed(handler: str) -> int:
+            r = c1.get(f"/v1/schedules?handler={handler}&limit=100", headers=me)
+            return len(r.json()["items"]) if r.status_code == 200 else -1
+
+        _until("the raced schedules indexed", lambda: min(listed("raced-same"), listed("raced-other")) >= 5)
+        time.sleep(1)  # a second schedule per key, had there been one, would be indexed by now too
+        assert (listed("raced-same"), listed("raced-other")) == (5, 5)

@@ -3,6 +3,7 @@ constant-time checks, revocation through the checker's cache, and the registry r
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -100,6 +101,29 @@ def test_the_checker_hashes_a_key_once_and_still_sees_a_revocation_at_once(
     assert checker.tenant_of(key) is None  # the cache does not outlive the revocation
     del registry["bravo"]
     assert checker.tenant_of(other_key) is None  # nor the tenant
+
+
+def test_concurrent_first_uses_of_a_key_hash_it_once_and_a_wrong_secret_is_hashed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """64 connections opening at once with a new key: one scrypt, not 64 (they all wait for it)."""
+    key, record = new_key()
+    hashed: list[str] = []
+    real = apikeys.secret_matches
+
+    def counting(secret: str, secret_hash: str) -> bool:
+        hashed.append(secret)
+        return real(secret, secret_hash)
+
+    monkeypatch.setattr(apikeys, "secret_matches", counting)
+    checker = KeyChecker(lambda: {"acme": (record,)})
+    with ThreadPoolExecutor(16) as pool:
+        assert set(pool.map(lambda _: checker.tenant_of(key), range(64))) == {"acme"}
+    assert len(hashed) == 1
+    key_id, _ = parse(key)
+    wrong = f"ksk_{key_id}_{parse(new_key()[0])[1]}"
+    assert checker.tenant_of(wrong) is None and checker.tenant_of(wrong) is None
+    assert len(hashed) == 2
 
 
 def test_keys_survive_the_registry_record_round_trip_and_are_not_quotas() -> None:

@@ -254,6 +254,7 @@ class DlqEntryOut(BaseModel):
 
 class DlqPage(BaseModel):
     items: list[DlqEntryOut]
+    next_cursor: str | None = Field(None, description="pass as cursor for the next page; null on the last")
 
 
 class Replayed(BaseModel):

@@ -121,12 +121,30 @@ def _dlq_json(d: DlqEntry) -> dict[str, Any]:
 @router.get(
     "/dlq",
     response_model=m.DlqPage,
-    summary="The tenant's dead-letter queue",
+    summary="The tenant's dead-letter queue, a page at a time",
     tags=["dlq"],
-    responses={200: {"content": {"application/json": {"example": {"items": []}}}}, **problem_responses(503)},
+    responses={
+        200: {"content": {"application/json": {"example": {"items": [], "next_cursor": None}}}},
+        **problem_responses(503),
+    },
 )
-def dlq(tenant: Tenant, svc: Svc) -> Any:
-    return {"items": [_dlq_json(d) for d in _dlq(svc, tenant)]}
+def dlq(
+    tenant: Tenant,
+    svc: Svc,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Any:
+    from scheduler.dlq import read_dlq_page
+    from scheduler.principals import as_api
+
+    try:
+        items, nxt = read_dlq_page(svc.settings, tenant, cursor=cursor, limit=limit,
+                                   conn=as_api(svc.settings))
+    except ValueError as exc:
+        raise ApiProblem(422, "invalid-request", f"cursor: {exc}", field="cursor") from None
+    except (LookupError, TimeoutError) as exc:
+        raise unavailable(exc) from None
+    return {"items": [_dlq_json(d) for d in items], "next_cursor": nxt}
 
 
 @router.post(

@@ -33,7 +33,8 @@ class CommandRouter(SchedulerClient):
             settings, timeout_s=timeout_s, read_your_writes_s=read_your_writes_s, conn=as_api(settings)
         )
         self.keep_s = max(60.0, 4 * timeout_s)
-        self._arrived = threading.Condition()
+        self._arrived = threading.Lock()  # guards _pending, _order and _waiting
+        self._waiting: dict[str, threading.Event] = {}  # request id -> set when its result arrives
         self._order: deque[tuple[float, str]] = deque()
         self._assignments: queue.Queue[tuple[str, Future[None]]] = queue.Queue()
         self._stopping = threading.Event()
@@ -81,6 +82,7 @@ class CommandRouter(SchedulerClient):
                 err = m.error()
                 if err is not None and is_denial(err):
                     self._error = denied(self.conn.who, err, m.topic() or "a results topic", "read")
+                    self._wake_all()
                 if err is not None or m.value() is None:
                     continue
                 try:
@@ -96,19 +98,35 @@ class CommandRouter(SchedulerClient):
             self._order.append((now, r.request_id))
             while self._order and self._order[0][0] < now - self.keep_s:
                 self._pending.pop(self._order.popleft()[1], None)
-            self._arrived.notify_all()
+            waiter = self._waiting.get(r.request_id)
+        if waiter is not None:  # only its request wakes: one Condition woke all 64 per result
+            waiter.set()
+
+    def _wake_all(self) -> None:
+        with self._arrived:
+            waiters = list(self._waiting.values())
+        for w in waiters:
+            w.set()
 
     def await_result(self, request_id: str) -> CommandResult:
         deadline = time.monotonic() + self.timeout_s
+        arrived = threading.Event()
         with self._arrived:
-            while request_id not in self._pending:
+            self._waiting[request_id] = arrived
+        try:
+            while True:
+                with self._arrived:
+                    if request_id in self._pending:
+                        return self._pending.pop(request_id)
                 if self._error is not None:
                     raise self._error
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"no result for request {request_id} within {self.timeout_s}s")
-                self._arrived.wait(left)
-            return self._pending.pop(request_id)
+                arrived.wait(left)
+        finally:
+            with self._arrived:
+                self._waiting.pop(request_id, None)
 
     def brokers_reachable(self, timeout_s: float = 2.0) -> bool:
         """Whether the broker answers a metadata request of this principal within ``timeout_s``."""

@@ -41,7 +41,10 @@ def serve(port: int, *, host: str = "127.0.0.1", timeout_s: float = 5.0) -> None
     svc = start_services(settings, timeout_s=timeout_s)
     target = register(settings.prometheus_targets_dir, "ksched-api", port) if port else None
     try:
-        uvicorn.run(create_app(svc), host=host, port=port, log_level="info", access_log=False)
+        # httptools and uvloop (C) parse HTTP and run the loop for a fraction of h11's and asyncio's
+        # CPU: they were a quarter of the API's samples under `ksched bench api` (docs/decisions.md)
+        uvicorn.run(create_app(svc), host=host, port=port, log_level="info", access_log=False,
+                    http="httptools", loop="uvloop")
     finally:
         if target is not None:
             unregister(target)

@@ -1,17 +1,19 @@
 """``ksched bench api``: creates and describes through the HTTP API at N concurrent clients.
 
 In a fresh namespace: a processor, a history indexer and one ``ksched api`` process (the tenant's
-request rate unlimited: the limiter is not what is measured). An asyncio client (httpx, one
+request rate unlimited: the limiter is not what is measured). An asyncio client (one keep-alive
 connection per client) first sends ``--creates`` creates (``POST /v1/schedules``, each timed from
 the request to its 201: the processor's round trip included), then, once the history store has
 indexed them, ``--describes`` describes (``GET /v1/schedules/{id}``) of random created ones. The
-client runs on the same machine: its CPU is counted in the load average reported.
+client (scheduler/bench/http_client.py: a small one, httpx cost more CPU than the server) runs on
+the same machine: its CPU is counted in the load average reported.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import subprocess
@@ -19,8 +21,12 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
+
+from scheduler.bench.http_client import Connection
 
 BODY = {"kind": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "handler": "report"}
+BODY_BYTES = json.dumps(BODY).encode()
 TENANT = "ba"
 
 
@@ -40,20 +46,17 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 async def _drive(
-    clients: int, n: int, call: Callable[[Any, int], Awaitable[int]], base: str, key: str
+    clients: int, n: int, call: Callable[[Connection, int], Awaitable[int]], base: str, key: str
 ) -> tuple[list[float], dict[int, int], float]:
     """``n`` calls spread over ``clients`` connections: (sorted latencies of the successes,
     count by status, wall seconds)."""
-    import httpx
-
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     todo = iter(range(n))
     headers = {"Authorization": f"Bearer {key}"}
 
     async def client() -> None:
-        limits = httpx.Limits(max_connections=1)
-        async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) as c:
+        async with _connect(base, headers) as c:
             for i in todo:
                 t0 = time.perf_counter()
                 status = await call(c, i)
@@ -134,19 +137,22 @@ class _CpuMeter:
                 for name in now}
 
 
-async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter) -> dict[str, Any]:
-    import httpx
+def _connect(base: str, headers: dict[str, str]) -> Connection:
+    url = urlsplit(base)
+    return Connection(url.hostname or "127.0.0.1", url.port or 80, headers)
 
+
+async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter) -> dict[str, Any]:
     ids: list[str] = []
 
-    async def create(c: httpx.AsyncClient, i: int) -> int:
-        r = await c.post("/v1/schedules", json=BODY)
-        if r.status_code == 201:
-            ids.append(r.json()["schedule_id"])
-        return r.status_code
+    async def create(c: Connection, i: int) -> int:
+        status, body = await asyncio.wait_for(c.request("POST", "/v1/schedules", BODY_BYTES), 30)
+        if status == 201:
+            ids.append(json.loads(body)["schedule_id"])
+        return status
 
-    async def describe(c: httpx.AsyncClient, i: int) -> int:
-        return (await c.get(f"/v1/schedules/{random.choice(ids)}")).status_code
+    async def describe(c: Connection, i: int) -> int:
+        return (await asyncio.wait_for(c.get(f"/v1/schedules/{random.choice(ids)}"), 30))[0]
 
     await _drive(args.clients, args.clients, create, base, key)  # warm-up: connections, topics
     load_before = os.getloadavg()[0]
@@ -180,11 +186,9 @@ async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter
 
 async def _indexed(base: str, key: str, sid: str, timeout_s: float = 120) -> None:
     """Until the history store answers for ``sid`` (the describes measure reads, not lag)."""
-    import httpx
-
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
-        while (await c.get(f"/v1/schedules/{sid}")).status_code != 200:
+    async with _connect(base, {"Authorization": f"Bearer {key}"}) as c:
+        while (await c.get(f"/v1/schedules/{sid}"))[0] != 200:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"schedule {sid} not in the history store after {timeout_s}s")
             await asyncio.sleep(0.5)

@@ -52,16 +52,52 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30) ->
             time.sleep(0.1)
 
 
+def _past(consumer: Consumer, pending: set[tuple[str, int]], ends: dict[tuple[str, int], int]) -> set[
+        tuple[str, int]]:
+    """The partitions whose position reached their window's end: a window may end on a transaction
+    marker, which no record delivered ends."""
+    return {(t, p) for t, p in pending & ends.keys()
+            if consumer.position([TopicPartition(t, p)])[0].offset >= ends[(t, p)]}
+
+
+def _in_window(m: Message, ends: dict[tuple[str, int], int], pending: set[tuple[str, int]]) -> bool:
+    """Whether ``m`` is before its partition's window end (the rest of a batch may be past it);
+    its partition is done when ``m`` is the window's last offset."""
+    where, offset = (m.topic() or "", m.partition() or 0), m.offset() or 0
+    if offset >= ends[where] - 1:
+        pending.discard(where)
+    return offset < ends[where]
+
+
+def _starts(consumer: Consumer, tps: list[TopicPartition], stop_before: dict[int, int] | None) -> tuple[
+        set[tuple[str, int]], list[TopicPartition], dict[tuple[str, int], int]]:
+    """The partitions with something to read, where each starts, and each window's end."""
+    pending: set[tuple[str, int]] = set()
+    start: list[TopicPartition] = []
+    ends: dict[tuple[str, int], int] = {}
+    for tp in tps:
+        low, high = watermarks(consumer, tp)
+        first = max(low, tp.offset)  # an unset offset is negative
+        if stop_before is not None:
+            high = ends[(tp.topic, tp.partition)] = min(high, stop_before.get(tp.partition, high))
+        if high > first:
+            pending.add((tp.topic, tp.partition))
+            start.append(TopicPartition(tp.topic, tp.partition, first))
+    return pending, start, ends
+
+
 def read_to_end(
     consumer: Consumer,
     tps: list[TopicPartition],
     on_record: Callable[[Message], None],
     timeout_s: float = 600,
     poll_s: float = 0.5,
+    stop_before: dict[int, int] | None = None,
 ) -> int:
     """Feed every committed record of the partitions ``tps`` from the start to ``on_record``
     (from a partition's ``offset`` instead, when it holds one: the tail after what a caller
-    already read).
+    already read), and up to the offset ``stop_before`` gives a partition (excluded), if any: a
+    bounded window of a topic, e.g. one page of it.
 
     Pre: ``consumer`` was created with ``enable.partition.eof`` (the end is how it knows).
 
@@ -71,14 +107,7 @@ def read_to_end(
     takes longer than ``timeout_s``. ``poll_s`` is the wait of each batch: a batch returns
     early only when full, so a small topic read at start wants a short one.
     """
-    pending: set[tuple[str, int]] = set()
-    start: list[TopicPartition] = []
-    for tp in tps:
-        low, high = watermarks(consumer, tp)
-        first = max(low, tp.offset)  # an unset offset is negative
-        if high > first:
-            pending.add((tp.topic, tp.partition))
-            start.append(TopicPartition(tp.topic, tp.partition, first))
+    pending, start, ends = _starts(consumer, tps, stop_before)
     if not pending:
         return 0
     consumer.assign(start)
@@ -98,8 +127,11 @@ def read_to_end(
                     if is_denial(err):
                         raise denied(getattr(consumer, "who", ""), err, m.topic() or "?", "read")
                     raise RuntimeError(f"restore of {m.topic()}[{m.partition()}]: {err}")
+                if stop_before is not None and not _in_window(m, ends, pending):
+                    continue
                 on_record(m)
                 n += 1
+            pending -= _past(consumer, pending, ends)  # only windows are in ends
             if time.monotonic() - last_log > 5:
                 log.info("restoring: %d records so far, %d partitions to go", n, len(pending))
                 last_log = time.monotonic()
