@@ -378,3 +378,16 @@ def test_a_fast_handlers_final_report_without_started_ends_the_attempt_and_fence
     assert [e.state for e in report(untracked, "FAILED", T0, 1, "fast", T0 + 1, retryable=False).events] == [
         "DEAD"
     ]
+
+
+def test_a_final_report_of_an_untracked_attempt_leaves_nothing_tracked_and_fences_its_duplicate() -> None:
+    # An ALLOW first attempt is not tracked before its report; its SUCCEEDED report finishes it
+    # without tracking it: nothing in flight, nothing counted against max_running, and a
+    # redelivered copy of the report (or a late STARTED) is ignored.
+    s = shard(cron="0 * * * *")
+    tick(s, T0)
+    assert [e.state for e in report(s, "SUCCEEDED", T0, 1, "fast", T0 + 1).events] == ["SUCCEEDED"]
+    assert s.attempts.inflight == {} and s.attempts.running == {} and s.attempts.of_schedule("x") == []
+    assert report(s, "SUCCEEDED", T0, 1, "fast", T0 + 2).ignored
+    assert report(s, "STARTED", T0, 1, "zombie", T0 + 2).ignored
+    assert s.runtime_changes() == []

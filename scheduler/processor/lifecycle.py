@@ -38,6 +38,7 @@ _STARTED, _HEARTBEAT, _SUCCEEDED, _FAILED = (
     AttemptReportKind.STARTED, AttemptReportKind.HEARTBEAT, AttemptReportKind.SUCCEEDED,
     AttemptReportKind.FAILED,
 )
+_SUCCEEDED_STATE = OccurrenceState.SUCCEEDED
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
 
@@ -122,6 +123,11 @@ def apply_report(
             _warn_invalid(ctx.shard_id, kind, oid, unknown)
             return ReportResult(ignored=unknown)
         a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
+        if kind == _SUCCEEDED:  # the common report of a burst (an ALLOW first attempt's only
+            # one): finishing untracks it, so tracking it first would only churn the indexes
+            res = ReportResult()
+            finish(ctx, a, _SUCCEEDED_STATE, None, res, now)
+            return res
         at.track(a)
     persist = persisted_running(a, e.policy.overlap)
     res = ReportResult()
@@ -133,7 +139,7 @@ def apply_report(
             a.token = token
         at.lease(a, lease_until)
     elif kind == _SUCCEEDED:
-        finish(ctx, a, OccurrenceState.SUCCEEDED, None, res, now)
+        finish(ctx, a, _SUCCEEDED_STATE, None, res, now)
     elif kind == _FAILED and error_class == ErrorClass.CANCELED:
         finish(ctx, a, OccurrenceState.CANCELED, error_message or "not run: stale", res, now)
     elif kind == _FAILED:

@@ -15,7 +15,15 @@ from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import DueOccurrence, Entry, Event
 from scheduler.processor.outputs import CommandOutcome
 from scheduler.processor.store import ShardStore
-from scheduler.records import CommandResult, DlqEntry, Occurrence, OccurrenceEvent, encode, schema_header
+from scheduler.records import (
+    CommandResult,
+    DlqEntry,
+    Occurrence,
+    OccurrenceEvent,
+    encode,
+    report_scan,
+    schema_header,
+)
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
 
@@ -24,6 +32,7 @@ LANE_NAMES: tuple[LaneSymbol, ...] = tuple(lane_symbol(lane) for lane in Lane)  
 
 
 _SINGLE_OBJECT = schema_header(Occurrence)
+_EVENT_HEADER = schema_header(OccurrenceEvent)
 
 
 def single_object(tenant: str) -> bytes:
@@ -70,20 +79,11 @@ def encode_dispatch(
 
 def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
     """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s); ``header``:
-    the framing's (None: single-object), as for every encoder here."""
-    return encode(
-        OccurrenceEvent(
-            occurrence_id=ev.occurrence_id,
-            schedule_id=ev.schedule_id,
-            tenant=ev.tenant,
-            version=ev.version,
-            scheduled_for_ms=ev.scheduled_for * 1000,
-            state=lit(ev.state),
-            attempt=ev.attempt,
-            reason=ev.reason,
-            at_ms=now * 1000,
-        ),  # type: ignore[arg-type]
-        header,
+    the framing's (None: single-object), as for every encoder here. Written by hand (one per
+    report applied: :mod:`scheduler.records.report_scan`)."""
+    return report_scan.event(
+        _EVENT_HEADER if header is None else header, ev.occurrence_id, ev.schedule_id, ev.tenant,
+        ev.version, ev.scheduled_for * 1000, ev.state, ev.attempt, ev.reason, now * 1000,
     )
 
 

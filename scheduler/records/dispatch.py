@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from scheduler.records.avro_fast import avro_long
 from scheduler.records.codec import current_schema
 from scheduler.records.types import Occurrence
 
@@ -45,20 +46,8 @@ _LANES: tuple[str, ...] = tuple(
     next(f["type"]["symbols"] for f in _SCHEMA.expanded["fields"] if f["name"] == "lane")
 )
 _HEADER = _SCHEMA.header
-_SMALL = tuple(bytes([i]) for i in range(0x80))
 
-
-def avro_long(n: int) -> bytes:
-    """Avro ``long`` / ``int``: zig-zag, then a little-endian base-128 varint."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return _SMALL[z]
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+__all__ = ["avro_bytes", "avro_long", "dispatch_head", "dispatch_tail", "dispatch_value"]
 
 
 def avro_bytes(raw: bytes) -> bytes:

@@ -1,0 +1,65 @@
+"""The attempt report's fast read and the occurrence event's fast write (issue 14, item 2).
+
+A burst of N occurrences brings the processor N to 2N attempt reports, and each one it applies
+writes an occurrence event: through fastavro and the record dataclasses that cost more CPU
+than applying the report. :func:`scan` reads a single-object ``AttemptReport`` written with the
+current schema by hand (:mod:`scheduler.records.avro_fast`), and :func:`event` writes an
+``OccurrenceEvent`` the same way; both are byte for byte what the general codec reads and
+writes (tests pin this). A record with another header (a released schema, the Confluent
+framing) or that does not scan returns None: the caller decodes it with
+:func:`scheduler.records.decode_command_topic`, which resolves it or names what is wrong.
+The field orders are checked against the current schemas at import, like
+:mod:`scheduler.records.dispatch`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.records.avro_fast import ScannedReport, event_value, scan_report
+from scheduler.records.codec import current_schema
+from scheduler.records.types import AttemptReport, OccurrenceEvent
+
+_REPORT_FIELDS = (
+    "occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "attempt", "token",
+    "kind", "retryable", "error_class", "error_message", "worker_id", "reported_at_ms",
+    "started_at_ms",
+)
+_EVENT_FIELDS = (
+    "occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "state", "attempt",
+    "reason", "at_ms",
+)
+
+
+def _fields(cls: type[Any], expected: tuple[str, ...]) -> list[Any]:
+    fields: list[Any] = current_schema(cls).expanded["fields"]
+    if tuple(f["name"] for f in fields) != expected:  # pragma: no cover - guards a schema edit
+        names = [f["name"] for f in fields]
+        raise RuntimeError(f"{cls.__name__} fields changed to {names}: update {__name__}")
+    return fields
+
+
+_REPORT = _fields(AttemptReport, _REPORT_FIELDS)
+if ScannedReport._fields != _REPORT_FIELDS:  # pragma: no cover - guards an edit of avro_fast
+    raise RuntimeError(f"ScannedReport fields {ScannedReport._fields} are not AttemptReport's")
+KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
+REPORT_HEADER = current_schema(AttemptReport).header
+_STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
+_HEADER_LEN = len(REPORT_HEADER)
+
+
+def scan(raw: bytes) -> ScannedReport | None:
+    """``raw`` as a report of the current schema in the single-object framing, else None."""
+    if not raw.startswith(REPORT_HEADER):
+        return None
+    return scan_report(raw, _HEADER_LEN, KINDS)
+
+
+def event(
+    header: bytes, occurrence_id: str, schedule_id: str, tenant: str, version: int,
+    scheduled_for_ms: int, state: str, attempt: int | None, reason: str | None, at_ms: int,
+) -> bytes:
+    """The ``OccurrenceEvent`` record with ``header`` (the framing's); ``state`` a symbol of
+    ``OccurrenceState`` (KeyError otherwise: the shard model only records those)."""
+    return event_value(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms,
+                       _STATE_INDEX[state], attempt, reason, at_ms)

@@ -1,0 +1,81 @@
+"""The report scanner reads, and the event writer writes, exactly what fastavro does."""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.records import AttemptReport, OccurrenceEvent, decode, decode_command_topic, encode
+from scheduler.records.report_scan import KINDS, event, scan
+
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+ints = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+text = st.text(max_size=80)
+optional_text = st.none() | text
+# Equality checks, not timings: a loaded machine must not fail them on hypothesis's deadline.
+exact = settings(deadline=None)
+
+reports = st.builds(
+    AttemptReport,
+    occurrence_id=text, schedule_id=text, tenant=text, version=longs, scheduled_for_ms=longs,
+    attempt=ints, token=text, kind=st.sampled_from(KINDS), retryable=st.none() | st.booleans(),
+    error_class=optional_text, error_message=optional_text, worker_id=text, reported_at_ms=longs,
+    started_at_ms=st.none() | longs,
+)
+
+
+@exact
+@given(reports)
+def test_scan_reads_what_the_codec_reads(rep: AttemptReport) -> None:
+    raw = encode(rep)
+    scanned = scan(raw)
+    assert scanned is not None
+    assert tuple(scanned) == astuple(decode_command_topic(raw))
+
+
+@exact
+@given(reports, st.data())
+def test_a_record_that_does_not_scan_is_left_to_the_codec(rep: AttemptReport, data: st.DataObject) -> None:
+    """A truncated record, trailing bytes, or any other record type: None, never a wrong report."""
+    raw = encode(rep)
+    cut = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    assert scan(raw[:cut]) is None
+    assert scan(raw + data.draw(st.binary(min_size=1, max_size=4))) is None
+
+
+def test_other_records_and_bad_bytes_are_not_scanned() -> None:
+    rep = AttemptReport(occurrence_id="o", schedule_id="s", tenant="t", version=1, scheduled_for_ms=0,
+                        attempt=1, token="k", kind="SUCCEEDED", worker_id="w", reported_at_ms=0)
+    raw = encode(rep)
+    # header (10 bytes), "o", "s", "t" (2 each), version, scheduled_for, attempt (1 each), "k" (2)
+    kind_at = 10 + 6 + 3 + 2
+    assert raw[kind_at] == 2 * KINDS.index("SUCCEEDED")
+    body = bytearray(raw)
+    body[kind_at] = 2 * len(KINDS)  # an index past the symbols
+    assert scan(bytes(body)) is None
+    bad_utf8 = raw.replace(b"\x02o", b"\x02\xff", 1)
+    assert scan(bad_utf8) is None
+    ev = event(b"", "o", "s", "t", 1, 0, "SUCCEEDED", 1, None, 0)
+    assert scan(ev) is None
+
+
+@exact
+@given(
+    oid=text, sid=text, tenant=text, version=longs, sf=longs,
+    state=st.sampled_from(["SCHEDULED", "ENQUEUED", "RUNNING", "SUCCEEDED", "RETRY_WAIT", "DEAD",
+                           "MISSED", "CANCELED", "SKIPPED_OVERLAP"]),
+    attempt=st.none() | ints, reason=optional_text, at=longs,
+)
+def test_event_writes_what_the_codec_writes(
+    oid: str, sid: str, tenant: str, version: int, sf: int, state: str, attempt: int | None,
+    reason: str | None, at: int,
+) -> None:
+    rec = OccurrenceEvent(occurrence_id=oid, schedule_id=sid, tenant=tenant, version=version,
+                          scheduled_for_ms=sf, state=state, attempt=attempt, reason=reason,  # type: ignore[arg-type]
+                          at_ms=at)
+    header = encode(rec)[:10]
+    value = event(header, oid, sid, tenant, version, sf, state, attempt, reason, at)
+    assert value == encode(rec)
+    assert decode(value, OccurrenceEvent) == rec
