@@ -28,7 +28,7 @@ from types import ModuleType
 log = logging.getLogger("ksched.native")
 
 # Each entry was proven hot by a profile; the ratio it bought is in docs/decisions.md.
-NATIVE: tuple[str, ...] = ("scheduler.records.scan_core",)
+NATIVE: tuple[str, ...] = ("scheduler.records.avro_fast",)
 
 
 def load(name: str) -> ModuleType:

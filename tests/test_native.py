@@ -17,9 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler import native
-from scheduler.records import Schedule, encode
+from scheduler.records import AttemptReport, Schedule, encode
+from scheduler.records import report_scan as rs
 from scheduler.records import schedule_scan as ss
 from tests.test_records import record_strategy
+
+FAST = "scheduler.records.avro_fast"
 
 
 def test_every_listed_module_is_compiled_from_its_current_source() -> None:
@@ -35,13 +38,13 @@ def test_load_returns_the_compiled_copy(name: str) -> None:
 
 def test_a_stale_copy_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "_source_hash", lambda name: "0" * 64)
-    assert native.status()["scheduler.records.scan_core"] == "stale"
-    assert native.load("scheduler.records.scan_core").__file__.endswith("scan_core.py")  # type: ignore[union-attr]
+    assert native.status()["scheduler.records.avro_fast"] == "stale"
+    assert native.load("scheduler.records.avro_fast").__file__.endswith("avro_fast.py")  # type: ignore[union-attr]
 
 
 def test_ksched_native_0_runs_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KSCHED_NATIVE", "0")
-    assert native.load("scheduler.records.scan_core").__file__.endswith("scan_core.py")  # type: ignore[union-attr]
+    assert native.load("scheduler.records.avro_fast").__file__.endswith("avro_fast.py")  # type: ignore[union-attr]
 
 
 def _outcome(scan_body: Any, value: bytes) -> object:
@@ -51,14 +54,30 @@ def _outcome(scan_body: Any, value: bytes) -> object:
         return type(exc)
 
 
+def _mutated(value: bytes, data: st.DataObject) -> bytes:
+    out = bytearray(value)
+    for _ in range(data.draw(st.integers(1, 3))):
+        out[data.draw(st.integers(10, len(out) - 1))] = data.draw(st.integers(0, 255))
+    return bytes(out[: data.draw(st.integers(11, len(out)))])
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rec=record_strategy(Schedule), data=st.data())
 def test_compiled_scan_equals_its_source_on_any_bytes(rec: Schedule, data: st.DataObject) -> None:
-    pure = importlib.import_module("scheduler.records.scan_core")
-    compiled = native.load("scheduler.records.scan_core")
-    value = bytearray(encode(rec))
-    assert _outcome(compiled.scan_body, bytes(value)) == _outcome(pure.scan_body, bytes(value))
-    for _ in range(data.draw(st.integers(1, 3))):
-        value[data.draw(st.integers(10, len(value) - 1))] = data.draw(st.integers(0, 255))
-    value = value[: data.draw(st.integers(11, len(value)))]
-    assert _outcome(compiled.scan_body, bytes(value)) == _outcome(pure.scan_body, bytes(value))
+    pure, compiled = importlib.import_module(FAST), native.load(FAST)
+    value = encode(rec)
+    assert _outcome(compiled.scan_body, value) == _outcome(pure.scan_body, value)
+    value = _mutated(value, data)
+    assert _outcome(compiled.scan_body, value) == _outcome(pure.scan_body, value)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rep=record_strategy(AttemptReport), data=st.data())
+def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: st.DataObject) -> None:
+    pure, compiled = importlib.import_module(FAST), native.load(FAST)
+    for value in (encode(rep), _mutated(encode(rep), data)):
+        start = len(rs.REPORT_HEADER)
+        assert compiled.scan_report(value, start, rs.KINDS) == pure.scan_report(value, start, rs.KINDS)
+    args = (b"H", rep.occurrence_id, rep.schedule_id, rep.tenant, rep.version, rep.scheduled_for_ms, 2,
+            rep.attempt, rep.error_message, rep.reported_at_ms)
+    assert compiled.event_value(*args) == pure.event_value(*args)

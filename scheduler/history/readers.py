@@ -29,7 +29,7 @@ if tuple(f["name"] for f in _EVENT_SCHEMA.expanded["fields"]) != _EVENT_FIELDS: 
 _EVENT_STATES: tuple[str, ...] = tuple(
     next(f["type"]["symbols"] for f in _EVENT_SCHEMA.expanded["fields"] if f["name"] == "state")
 )
-_avro = load("scheduler.records.scan_core")  # the compiled varint and string readers, when built
+_avro = load("scheduler.records.avro_fast")  # the compiled varint and string readers, when built
 _long: Callable[[bytes, int], tuple[int, int]] = _avro.read_long
 _text: Callable[[bytes, int], tuple[str, int]] = _avro.read_string
 

@@ -33,7 +33,7 @@ from scheduler.records import (
     encode,
     record_type,
 )
-from scheduler.records.scan_core import Scanned
+from scheduler.records.avro_fast import Scanned
 from scheduler.records.schedule_scan import ScannedSchedule, scan_fields, spec_of_key
 from scheduler.vocabulary import CommandKind, Lane
 

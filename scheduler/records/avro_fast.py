@@ -1,15 +1,20 @@
-"""Avro binary by hand for the records of the hot paths: varints, the attempt report's body
-read, the occurrence event's body written. Standard library only and fully typed, so that it
-can be compiled with mypyc (docs/decisions.md) while this file stays the source of truth.
+"""Avro binary by hand for the records of the hot paths: varints, strings and bytes, the
+``Schedule`` body read (restore reads a million), the attempt report's body read, the
+occurrence event's body written. Standard library only and fully typed, so that it
+is compiled with mypyc (:mod:`scheduler.native`; callers take it through ``native.load``) while
+this file stays the source of truth. The readers raise IndexError, ValueError or
+UnicodeDecodeError on a truncated or corrupt body; their callers decide what that means.
 
-Nothing here knows a schema: :mod:`scheduler.records.report_scan` checks the field order of
-the current ``AttemptReport`` and ``OccurrenceEvent`` schemas against the order these
+Nothing here knows a schema: :mod:`scheduler.records.schedule_scan` and
+:mod:`scheduler.records.report_scan` check the field order of the current ``Schedule``,
+``AttemptReport`` and ``OccurrenceEvent`` schemas against the order these
 functions read and write, and passes in the enum symbols. Tests pin every function byte for
 byte against fastavro.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 _SMALL = tuple(bytes([i]) for i in range(0x80))
@@ -46,6 +51,14 @@ def avro_string(s: str) -> bytes:
     return avro_long(len(raw)) + raw
 
 
+# What scan_body reads: the Schedule schema's fields in order, the spec as its encoded key
+# without the payload: (tenant, schedule_id, version, state, spec_key, payload, created_at_ms, updated_at_ms,
+#  effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id)
+Scanned = tuple[
+    str, str, int, str, bytes, bytes, int, int, int, "str | None", "int | None", "int | None", "str | None"
+]
+
+
 class ScannedReport(NamedTuple):
     """An ``AttemptReport`` read by :func:`scan_report`: the record class's field names, so the
     processor applies either without telling them apart."""
@@ -66,52 +79,63 @@ class ScannedReport(NamedTuple):
     started_at_ms: int | None
 
 
-class _Bad(Exception):
-    """The bytes are not a complete encoding: the caller's general decoder says why."""
-
-
-def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """The long at ``data[pos:]`` and the position after it (_Bad past the end)."""
-    end = len(data)
-    if pos >= end:
-        raise _Bad
-    b = data[pos]
-    pos += 1
-    if b < 0x80:  # one byte: the common case (versions, attempts, string lengths < 64)
-        return (b >> 1) ^ -(b & 1), pos
-    z = b & 0x7F
+def read_long(b: bytes, i: int) -> tuple[int, int]:
+    """Avro ``long``/``int`` at ``i`` (a zig-zag varint) and the offset after it."""
+    x = b[i]
+    if x < 0x80:  # lengths, versions, enum indexes, union branches: one byte
+        return (x >> 1) ^ -(x & 1), i + 1
+    n = x & 0x7F
     shift = 7
     while True:
-        if pos >= end or shift > 63:
-            raise _Bad
-        b = data[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos
+        i += 1
+        x = b[i]
+        n |= (x & 0x7F) << shift
+        if x < 0x80:
+            return (n >> 1) ^ -(n & 1), i + 1
         shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
 
 
-def _string(data: bytes, pos: int) -> tuple[str, int]:
-    """The string at ``data[pos:]`` and the position after it (_Bad if truncated or not UTF-8)."""
-    n, pos = _long(data, pos)
-    stop = pos + n
-    if n < 0 or stop > len(data):
-        raise _Bad
-    try:
-        return data[pos:stop].decode(), stop
-    except UnicodeDecodeError:
-        raise _Bad from None
+def read_string(b: bytes, i: int) -> tuple[str, int]:
+    """Avro ``string`` at ``i`` and the offset after it."""
+    raw, i = read_bytes(b, i)
+    return raw.decode(), i
+
+
+def read_bytes(b: bytes, i: int) -> tuple[bytes, int]:
+    """Avro ``bytes`` at ``i`` and the offset after it."""
+    n, i = read_size(b, i)
+    end = i + n
+    if end > len(b):
+        raise IndexError("string or bytes run past the end")
+    return b[i:end], end
+
+
+def read_size(b: bytes, i: int) -> tuple[int, int]:
+    """A length: a varint that must not be negative."""
+    n, i = read_long(b, i)
+    if n < 0:
+        raise ValueError(f"negative length {n}")
+    return n, i
 
 
 def _branch(data: bytes, pos: int) -> tuple[bool, int]:
     """A ``["null", T]`` union's index at ``data[pos:]``: False for null, True for the value."""
-    if pos >= len(data):
-        raise _Bad
     i = data[pos]
     if i > 2 or i == 1:  # the index is 0 or 1, zig-zag encoded: byte 0 or 2
-        raise _Bad
+        raise ValueError(f"union branch byte {i} of [null, ...]")
     return i == 2, pos + 1
+
+
+def _opt_long(b: bytes, i: int) -> tuple[int | None, int]:
+    present, i = _branch(b, i)
+    return read_long(b, i) if present else (None, i)
+
+
+def _opt_string(b: bytes, i: int) -> tuple[str | None, int]:
+    present, i = _branch(b, i)
+    return read_string(b, i) if present else (None, i)
 
 
 def scan_report(data: bytes, start: int, kinds: tuple[str, ...]) -> ScannedReport | None:
@@ -119,42 +143,73 @@ def scan_report(data: bytes, start: int, kinds: tuple[str, ...]) -> ScannedRepor
     symbols), or None when the bytes are not exactly one such body (truncated, trailing bytes,
     an int or symbol out of range, invalid UTF-8): the general decoder then answers why."""
     try:
-        oid, pos = _string(data, start)
-        sid, pos = _string(data, pos)
-        tenant, pos = _string(data, pos)
-        version, pos = _long(data, pos)
-        scheduled_for_ms, pos = _long(data, pos)
-        attempt, pos = _long(data, pos)
-        token, pos = _string(data, pos)
-        k, pos = _long(data, pos)
+        oid, pos = read_string(data, start)
+        sid, pos = read_string(data, pos)
+        tenant, pos = read_string(data, pos)
+        version, pos = read_long(data, pos)
+        scheduled_for_ms, pos = read_long(data, pos)
+        attempt, pos = read_long(data, pos)
+        token, pos = read_string(data, pos)
+        k, pos = read_long(data, pos)
         retryable: bool | None = None
         present, pos = _branch(data, pos)
         if present:
-            if pos >= len(data) or data[pos] > 1:
-                raise _Bad
+            if data[pos] > 1:
+                raise ValueError("boolean byte")
             retryable = data[pos] == 1
             pos += 1
-        error_class: str | None = None
-        present, pos = _branch(data, pos)
-        if present:
-            error_class, pos = _string(data, pos)
-        error_message: str | None = None
-        present, pos = _branch(data, pos)
-        if present:
-            error_message, pos = _string(data, pos)
-        worker_id, pos = _string(data, pos)
-        reported_at_ms, pos = _long(data, pos)
-        started_at_ms: int | None = None
-        present, pos = _branch(data, pos)
-        if present:
-            started_at_ms, pos = _long(data, pos)
-    except _Bad:
+        error_class, pos = _opt_string(data, pos)
+        error_message, pos = _opt_string(data, pos)
+        worker_id, pos = read_string(data, pos)
+        reported_at_ms, pos = read_long(data, pos)
+        started_at_ms, pos = _opt_long(data, pos)
+    except (IndexError, ValueError):  # UnicodeDecodeError included
         return None
     if pos != len(data) or not 0 <= k < len(kinds) or not _INT_MIN <= attempt <= _INT_MAX:
         return None
     return ScannedReport(
         oid, sid, tenant, version, scheduled_for_ms, attempt, token, kinds[k], retryable,
         error_class, error_message, worker_id, reported_at_ms, started_at_ms,
+    )
+
+
+def scan_body(
+    b: bytes,
+    states: tuple[str, ...],
+    known: set[bytes],
+    lengths: list[int],
+    key_end: Callable[[bytes, int], int],
+) -> Scanned:
+    """The fields of the Schedule body ``b`` (after its 10-byte header). ``known``: the spec keys
+    seen so far, ``lengths`` their distinct lengths; ``key_end(b, i)``, the end of a key not among
+    them (which it adds to ``known``); ``states``: the state enum's symbols."""
+    tenant, i = read_string(b, 10)
+    sid, i = read_string(b, i)
+    version, i = read_long(b, i)
+    if b[i] & 0x81:
+        raise ValueError(f"state symbol byte {b[i]}")
+    state = states[b[i] >> 1]
+    i += 1
+    for n in lengths:
+        key = b[i : i + n]
+        if key in known:
+            break
+    else:
+        n = key_end(b, i) - i
+        key = b[i : i + n]
+    i += n
+    payload, i = read_bytes(b, i)
+    created, i = read_long(b, i)
+    updated, i = read_long(b, i)
+    effective, i = read_long(b, i)
+    idem, i = _opt_string(b, i)
+    paused, i = _opt_long(b, i)
+    resumed, i = _opt_long(b, i)
+    last, i = _opt_string(b, i)
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes where the body should end")
+    return (
+        tenant, sid, version, state, key, payload, created, updated, effective, idem, paused, resumed, last
     )
 
 

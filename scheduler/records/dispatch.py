@@ -18,12 +18,14 @@ schema at import, so a schema change cannot silently desynchronise the two.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
-from scheduler.records.avro_fast import avro_long
+from scheduler.native import load
 from scheduler.records.codec import current_schema
 from scheduler.records.types import Occurrence
 
+avro_long: Callable[[int], bytes] = load("scheduler.records.avro_fast").avro_long  # compiled when built
 _FIELDS = (
     "occurrence_id",
     "schedule_id",

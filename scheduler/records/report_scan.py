@@ -14,9 +14,11 @@ The field orders are checked against the current schemas at import, like
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from scheduler.records.avro_fast import ScannedReport, event_value, scan_report
+from scheduler.native import load
+from scheduler.records.avro_fast import ScannedReport
 from scheduler.records.codec import current_schema
 from scheduler.records.types import AttemptReport, OccurrenceEvent
 
@@ -46,6 +48,9 @@ KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
 REPORT_HEADER = current_schema(AttemptReport).header
 _STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
 _HEADER_LEN = len(REPORT_HEADER)
+_fast = load("scheduler.records.avro_fast")  # compiled when built
+scan_report: Callable[[bytes, int, tuple[str, ...]], ScannedReport | None] = _fast.scan_report
+event_value: Callable[..., bytes] = _fast.event_value
 
 
 def scan(raw: bytes) -> ScannedReport | None:

@@ -29,9 +29,9 @@ from typing import Any, NamedTuple
 from fastavro import parse_schema, schemaless_reader
 
 from scheduler.native import load
+from scheduler.records.avro_fast import Scanned
 from scheduler.records.codec import current_schema
 from scheduler.records.errors import RecordDecodeError
-from scheduler.records.scan_core import Scanned
 from scheduler.records.types import Schedule
 
 _SCHEMA = current_schema(Schedule)
@@ -72,7 +72,7 @@ class ScannedSchedule(NamedTuple):
     last_request_id: str | None
 
 
-_core = load("scheduler.records.scan_core")  # compiled when built (make install)
+_core = load("scheduler.records.avro_fast")  # compiled when built (make install)
 _scan_body: Callable[..., Scanned] = _core.scan_body
 _long: Callable[[bytes, int], tuple[int, int]] = _core.read_long
 _size: Callable[[bytes, int], tuple[int, int]] = _core.read_size
