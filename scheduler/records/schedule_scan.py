@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from fastavro import parse_schema, schemaless_reader
 
+from scheduler.records.avro_read import read_long as _long
+from scheduler.records.avro_read import read_optional as _optional
+from scheduler.records.avro_read import read_size as _size
+from scheduler.records.avro_read import read_string as _string
 from scheduler.records.codec import current_schema
 from scheduler.records.errors import RecordDecodeError
 from scheduler.records.types import Schedule
@@ -71,7 +75,6 @@ class ScannedSchedule(NamedTuple):
 
 
 _make = ScannedSchedule._make  # tuple.__new__: a quarter of the NamedTuple constructor's cost
-T = TypeVar("T")
 _known: set[bytes] = set()
 _lengths: list[int] = []
 
@@ -158,74 +161,6 @@ def spec_of_key(key: bytes) -> dict[str, Any]:
     except Exception as exc:  # fastavro's errors for a bad body vary (IndexError, ValueError, ...)
         raise RecordDecodeError(f"ScheduleSpec: corrupt body: {type(exc).__name__}: {exc}") from None
     return dict(datum)
-
-
-def _long(b: bytes, i: int) -> tuple[int, int]:
-    """Avro ``long``/``int`` at ``i`` (a zig-zag varint) and the offset after it. Unrolled to six
-    bytes, an epoch-milliseconds timestamp's length (a loop costs a quarter more)."""
-    x = b[i]
-    if x < 0x80:
-        return (x >> 1) ^ -(x & 1), i + 1
-    n = x & 0x7F
-    x = b[i + 1]
-    n |= (x & 0x7F) << 7
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 2
-    x = b[i + 2]
-    n |= (x & 0x7F) << 14
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 3
-    x = b[i + 3]
-    n |= (x & 0x7F) << 21
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 4
-    x = b[i + 4]
-    n |= (x & 0x7F) << 28
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 5
-    x = b[i + 5]
-    n |= (x & 0x7F) << 35
-    if x < 0x80:
-        return (n >> 1) ^ -(n & 1), i + 6
-    return _long_rest(b, i + 6, n, 42)
-
-
-def _long_rest(b: bytes, i: int, n: int, shift: int) -> tuple[int, int]:
-    while True:
-        x = b[i]
-        i += 1
-        n |= (x & 0x7F) << shift
-        if x < 0x80:
-            return (n >> 1) ^ -(n & 1), i
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _string(b: bytes, i: int) -> tuple[str, int]:
-    n, i = _size(b, i)
-    end = i + n
-    if end > len(b):
-        raise IndexError("string runs past the end")
-    return b[i:end].decode(), end
-
-
-def _size(b: bytes, i: int) -> tuple[int, int]:
-    """A length: a varint that must not be negative."""
-    n, i = _long(b, i)
-    if n < 0:
-        raise ValueError(f"negative length {n}")
-    return n, i
-
-
-def _optional(read: Callable[[bytes, int], tuple[T, int]], b: bytes, i: int) -> tuple[T | None, int]:
-    """A ``["null", T]`` union: its branch byte (0 or 2), then ``read``'s value when not null."""
-    branch = b[i]
-    if branch == 0:
-        return None, i + 1
-    if branch != 2:
-        raise ValueError(f"union branch byte {branch} of [null, ...]")
-    return read(b, i + 1)
 
 
 _FIXED_SIZE = {"null": 0, "boolean": 1, "float": 4, "double": 8}

@@ -126,5 +126,6 @@ class FastRunner:
             self._metrics.outcome(outcome.label)
             if outcome.label == "canceled":
                 self._metrics.canceled.labels(tenant=occ.tenant, reason=reason_label(outcome)).inc()
-        value = self._reporter.build(occ, token, outcome.kind, outcome, started_at_ms=started_ms)
+        value = self._reporter.build(occ, token, outcome.kind, outcome, started_at_ms=started_ms,
+                                     ident=job.ident)
         self._finals.send(job, occ.schedule_id, value, polling=True)
