@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.records.avro_read import read_long, read_optional, read_string
+from scheduler.records.avro_read import occurrence_body, version_body
 from scheduler.records.codec import current_schema
 from scheduler.records.errors import RecordDecodeError
 from scheduler.records.types import Occurrence, VersionRecord
@@ -59,29 +59,14 @@ def scan_occurrence(value: bytes) -> tuple[Occurrence, int] | None:
 
 
 def _occurrence(b: bytes) -> tuple[Occurrence, int]:
-    oid, i = read_string(b, 10)
-    sid, i = read_string(b, i)
-    tenant, i = read_string(b, i)
-    version, i = read_long(b, i)
-    scheduled_for, i = read_long(b, i)
-    cut = i
-    available_at, i = read_long(b, i)
-    enqueued_at, i = read_long(b, i)
-    attempt, i = read_long(b, i)
-    lane, i = read_long(b, i)
-    handler, i = read_string(b, i)
-    n, i = read_long(b, i)
-    if n < 0 or i + n > len(b):
-        raise ValueError(f"payload of {n} bytes at offset {i} of {len(b)}")
-    payload = b[i:i + n]
-    deadline, i = read_optional(read_long, b, i + n)
-    if i != len(b):
-        raise ValueError(f"{len(b) - i} bytes where the body should end")
-    if not -0x80000000 <= attempt <= 0x7FFFFFFF or not 0 <= lane < len(_LANES):
-        raise ValueError(f"attempt {attempt} or lane index {lane} out of range")
+    oid, sid, tenant, version, scheduled_for, available_at, enqueued_at, attempt, lane, handler, payload, \
+        deadline, cut = occurrence_body(b)
+    if not 0 <= lane < len(_LANES):
+        raise ValueError(f"lane index {lane} of {len(_LANES)} symbols")
     occ = Occurrence(
         occurrence_id=oid, schedule_id=sid, tenant=tenant, version=version, scheduled_for_ms=scheduled_for,
-        available_at_ms=available_at, enqueued_at_ms=enqueued_at, attempt=attempt, lane=_LANES[lane],  # type: ignore[arg-type]
+        available_at_ms=available_at, enqueued_at_ms=enqueued_at, attempt=attempt,
+        lane=_LANES[lane],  # type: ignore[arg-type]  # a symbol of the schema's enum
         handler=handler, payload=payload, deadline_ms=deadline,
     )
     return occ, cut
@@ -97,15 +82,9 @@ def scan_version(value: bytes) -> VersionFields | None:
     if value[:10] != _VER_HEADER:
         return None
     try:
-        sid, i = read_string(value, 10)
-        tenant, i = read_string(value, i)
-        version, i = read_long(value, i)
-        state, i = read_long(value, i)
-        _updated, i = read_long(value, i)
-        paused, i = read_optional(read_long, value, i)
-        resumed, i = read_optional(read_long, value, i)
-        if i != len(value) or not 0 <= state < len(_STATES):
-            raise ValueError(f"state index {state}, or {len(value) - i} bytes where the body should end")
+        sid, tenant, version, state, _updated, paused, resumed = version_body(value)
+        if not 0 <= state < len(_STATES):
+            raise ValueError(f"state index {state} of {len(_STATES)} symbols")
         return sid, tenant, version, _STATES[state], paused, resumed
     except _ERRORS as exc:
         raise RecordDecodeError(f"VersionRecord (current schema): truncated or corrupt body: "
