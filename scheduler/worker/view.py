@@ -45,7 +45,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
@@ -193,6 +193,12 @@ class VersionsView:
     def get(self, schedule_id: str) -> VersionState | None:
         with self._lock:
             return self._states.get(schedule_id)
+
+    def states(self, schedule_ids: Iterable[str]) -> list[VersionState | None]:
+        """:meth:`get` for each of ``schedule_ids``, under one lock (a fast batch's recheck)."""
+        with self._lock:
+            get = self._states.get
+            return [get(sid) for sid in schedule_ids]
 
     def verdict(self, schedule_id: str, version: int, scheduled_for_ms: int | None = None) -> str | None:
         """None to run an occurrence of ``schedule_id`` at ``version`` scheduled for
