@@ -24,6 +24,7 @@ from scheduler.worker import (
     WorkerConfigError,
 )
 from scheduler.worker.handlers import error_class_name, outcome_of
+from scheduler.worker.metrics import WorkerMetrics, observe_many
 from scheduler.worker.progress import PartitionProgress
 from scheduler.worker.view import VersionState, verdict, version_state
 
@@ -180,3 +181,16 @@ def test_cli_errors_are_one_line_and_exit_2(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("ksched: error: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("amount", [0.0, 0.05, 0.07, 3.0, 299.0, 1e6])
+def test_observe_many_is_observe_n_times(amount: float) -> None:
+    one, many = WorkerMetrics("t"), WorkerMetrics("t")
+    for _ in range(7):
+        one.lag_seconds.labels(tenant="t").observe(amount)
+    observe_many(many.lag_seconds.labels(tenant="t"), amount, 7)
+    def samples(m: WorkerMetrics) -> dict[tuple[str, str], float]:
+        return {(s.name, repr(s.labels)): s.value for f in m.registry.collect() for s in f.samples
+                if not s.name.endswith("_created")}
+
+    assert samples(many) == pytest.approx(samples(one))  # the sum: 7 additions against one product

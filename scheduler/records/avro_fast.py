@@ -1,15 +1,16 @@
 """Avro binary by hand for the records of the hot paths: varints, strings and bytes, the
-``Schedule`` body read (restore reads a million), the attempt report's body read, the
-occurrence event's body written. Standard library only and fully typed, so that it
-is compiled with mypyc (:mod:`scheduler.native`; callers take it through ``native.load``) while
-this file stays the source of truth. The readers raise IndexError, ValueError or
-UnicodeDecodeError on a truncated or corrupt body; their callers decide what that means.
+``Schedule`` body read (restore reads a million), the dispatch and version bodies a worker
+reads per occurrence, the attempt report's body read, the occurrence event's body written.
 
-Nothing here knows a schema: :mod:`scheduler.records.schedule_scan` and
-:mod:`scheduler.records.report_scan` check the field order of the current ``Schedule``,
-``AttemptReport`` and ``OccurrenceEvent`` schemas against the order these
-functions read and write, and passes in the enum symbols. Tests pin every function byte for
-byte against fastavro.
+Standard library only and fully typed, so that it is compiled with mypyc
+(:mod:`scheduler.native`; callers take it through ``native.load``) while this file stays the
+source of truth. The readers raise IndexError, ValueError or UnicodeDecodeError on a truncated
+or corrupt body; their callers decide what that means.
+
+Nothing here knows a schema: :mod:`scheduler.records.schedule_scan`,
+:mod:`scheduler.records.worker_scan` and :mod:`scheduler.records.report_scan` check the field
+order of the current schemas against the order these functions read and write, and pass in
+the enum symbols. Tests pin every function byte for byte against fastavro.
 """
 
 from __future__ import annotations
@@ -211,6 +212,52 @@ def scan_body(
     return (
         tenant, sid, version, state, key, payload, created, updated, effective, idem, paused, resumed, last
     )
+
+
+OccurrenceBody = tuple[str, str, str, int, int, int, int, int, int, str, bytes, "int | None", int]
+"""An ``Occurrence``'s fields in schema order (``lane`` its symbol's index), then the offset where
+``scheduled_for_ms`` ends."""
+
+
+def occurrence_body(b: bytes) -> OccurrenceBody:
+    """The fields of an ``Occurrence`` body that starts at offset 10 of ``b`` and ends with it."""
+    oid, i = read_string(b, 10)
+    sid, i = read_string(b, i)
+    tenant, i = read_string(b, i)
+    version, i = read_long(b, i)
+    scheduled_for, i = read_long(b, i)
+    cut = i
+    available_at, i = read_long(b, i)
+    enqueued_at, i = read_long(b, i)
+    attempt, i = read_long(b, i)
+    lane, i = read_long(b, i)
+    handler, i = read_string(b, i)
+    payload, i = read_bytes(b, i)
+    deadline, i = _opt_long(b, i)
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes where the body should end")
+    if not -0x80000000 <= attempt <= 0x7FFFFFFF:
+        raise ValueError(f"attempt {attempt} does not fit an Avro int")
+    return (oid, sid, tenant, version, scheduled_for, available_at, enqueued_at, attempt, lane, handler,
+            payload, deadline, cut)
+
+
+VersionBody = tuple[str, str, int, int, int, "int | None", "int | None"]
+"""A ``VersionRecord``'s fields in schema order, ``state`` its symbol's index."""
+
+
+def version_body(b: bytes) -> VersionBody:
+    """The fields of a ``VersionRecord`` body that starts at offset 10 of ``b`` and ends with it."""
+    sid, i = read_string(b, 10)
+    tenant, i = read_string(b, i)
+    version, i = read_long(b, i)
+    state, i = read_long(b, i)
+    updated, i = read_long(b, i)
+    paused, i = _opt_long(b, i)
+    resumed, i = _opt_long(b, i)
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes where the body should end")
+    return sid, tenant, version, state, updated, paused, resumed
 
 
 def event_value(

@@ -62,6 +62,9 @@ class Job:
     offset: int
     epoch: int  # the assignment of ``partition`` it was consumed under (see PartitionProgress)
     occurrence: Occurrence
+    # The dispatch record's bytes from occurrence_id to scheduled_for_ms, which begin every report
+    # (scheduler/records/report.py); empty when it was decoded the general way (older schema).
+    ident: bytes = b""
 
 
 class Executor:
@@ -189,7 +192,8 @@ class Executor:
         self._metrics.outcome(outcome.label)
         if outcome.label == "canceled":
             self._metrics.canceled.labels(tenant=occ.tenant, reason=reason_label(outcome)).inc()
-        self._finals.send(job, occ.schedule_id, self._reporter.build(occ, token, outcome.kind, outcome))
+        self._finals.send(job, occ.schedule_id, self._reporter.build(occ, token, outcome.kind, outcome,
+                                                                           ident=job.ident))
 
     def _attempt(self, job: Job, ctx: Context) -> Outcome:
         occ = job.occurrence
@@ -205,7 +209,8 @@ class Executor:
                 kind=AttemptReportKind.FAILED.value, retryable=True, error_class=UNKNOWN_HANDLER_CLASS,
                 error_message=f"no handler named {occ.handler!r} on worker {self._reporter.worker_id}",
             )
-        self._reporter.send(occ.schedule_id, self._reporter.build(occ, ctx.token, AttemptReportKind.STARTED))
+        started_report = self._reporter.build(occ, ctx.token, AttemptReportKind.STARTED, ident=job.ident)
+        self._reporter.send(occ.schedule_id, started_report)
         self._beats.add(occ, ctx.token)
         started = time.monotonic()
         self._metrics.lag_seconds.labels(tenant=occ.tenant).observe(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from scheduler.worker.execute import Job, reason_label
@@ -31,9 +32,9 @@ from scheduler.worker.handlers import (
     canceled,
     outcome_of,
 )
-from scheduler.worker.metrics import WorkerMetrics
+from scheduler.worker.metrics import WorkerMetrics, observe_many
 from scheduler.worker.reports import FinalReports, Reporter, now_ms
-from scheduler.worker.view import VersionsView
+from scheduler.worker.view import VersionsView, verdict
 
 log = logging.getLogger("ksched.worker")
 
@@ -69,11 +70,12 @@ class FastRunner:
         """Steps 1-3 of the module docstring for ``jobs`` (consumer thread)."""
         prefix = os.urandom(12).hex()  # + the job's index: a fresh, unique token per attempt
         groups: dict[str, list[tuple[Job, Context]]] = {}
-        verdict, worker_id = self._view.verdict, self._reporter.worker_id
+        worker_id = self._reporter.worker_id
+        states = self._view.states([job.occurrence.schedule_id for job in jobs])
         for i, job in enumerate(jobs):
             occ = job.occurrence
             token = f"{prefix}{i:08x}"
-            reason = verdict(occ.schedule_id, occ.version, occ.scheduled_for_ms)
+            reason = verdict(states[i], occ.version, occ.scheduled_for_ms)
             if reason is not None:
                 log.info("not running %s: %s", occ.occurrence_id, reason)
                 self._final(job, token, canceled(reason), None)
@@ -108,9 +110,11 @@ class FastRunner:
             self._slow_logged = started
             log.warning("fast handler %s took %.1fs for %d occurrences, holding up consumption: register "
                         "it as a plain handler if it can block", name, elapsed, len(items))
+        # a burst's occurrences share a few instants: one observation per distinct one
+        for due, n in Counter([job.occurrence.scheduled_for_ms for job, _ in items]).items():
+            observe_many(self._lag, max(0.0, (started_ms - due) / 1000), n)
         ok = 0
         for k, (job, ctx) in enumerate(items):
-            self._lag.observe(max(0.0, (started_ms - job.occurrence.scheduled_for_ms) / 1000))
             exc_k = None if results is None else results[k]
             if exc_k is None:
                 ok += 1
@@ -126,5 +130,6 @@ class FastRunner:
             self._metrics.outcome(outcome.label)
             if outcome.label == "canceled":
                 self._metrics.canceled.labels(tenant=occ.tenant, reason=reason_label(outcome)).inc()
-        value = self._reporter.build(occ, token, outcome.kind, outcome, started_at_ms=started_ms)
+        value = self._reporter.build(occ, token, outcome.kind, outcome, started_at_ms=started_ms,
+                                     ident=job.ident)
         self._finals.send(job, occ.schedule_id, value, polling=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from scheduler.records import Occurrence, RecordDecodeError, decode
+from scheduler.records.worker_scan import scan_occurrence
 from scheduler.worker.execute import Executor, Job
 from scheduler.worker.fast import FastRunner
 from scheduler.worker.metrics import WorkerMetrics
@@ -111,8 +112,13 @@ class Intake:
         prog = self.progress.get(p)
         if prog is None or self.stopping or not prog.consumed(off):
             return  # not ours (any more), or shutting down: left for redelivery
+        value = m.value() or b""
         try:
-            occ = decode(m.value() or b"", Occurrence)
+            scanned = scan_occurrence(value)
+            if scanned is None:  # an older schema or the Confluent framing: the general decoder
+                occ, ident = decode(value, Occurrence), b""
+            else:
+                occ, ident = scanned[0], value[10:scanned[1]]
             if occ.tenant != self.tenant:
                 raise RecordDecodeError(f"occurrence of tenant {occ.tenant!r} on {self.tenant}'s topic")
         except RecordDecodeError as exc:
@@ -120,7 +126,7 @@ class Intake:
             self.metrics.malformed.labels(tenant=self.tenant, topic="dispatch").inc()
             prog.finish(off)  # it can never run: counts as finished
             return
-        job = Job(partition=p, offset=off, epoch=prog.epoch, occurrence=occ)
+        job = Job(partition=p, offset=off, epoch=prog.epoch, occurrence=occ, ident=ident)
         (self._batch if self.fast.is_fast(occ.handler) else self._backlog).append(job)
 
     def _flow_control(self, *, stop: bool = False) -> None:

@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import KafkaError, Message, Producer
 
 from scheduler.records import AttemptReport, Occurrence, encode
+from scheduler.records.report import ReportEncoder
 from scheduler.vocabulary import AttemptReportKind, AttemptReportKindSymbol
 from scheduler.worker.handlers import Outcome
 
@@ -39,12 +40,21 @@ class Reporter:
         self.producer = producer
         self.topic = topic
         self.worker_id = worker_id
+        self._encoder = ReportEncoder(worker_id)
 
     def build(
         self, occ: Occurrence, token: str, kind: AttemptReportKind | AttemptReportKindSymbol,
-        outcome: Outcome | None = None, started_at_ms: int | None = None,
+        outcome: Outcome | None = None, started_at_ms: int | None = None, *, ident: bytes = b"",
     ) -> bytes:
+        """The encoded report. ``ident``: the dispatch record's encoded leading fields
+        (:attr:`scheduler.worker.execute.Job.ident`), copied into the report instead of encoding
+        the record with fastavro; empty for an occurrence decoded the general way."""
         o = outcome or Outcome(kind=kind)
+        if ident:
+            return self._encoder.value(
+                ident, occ.attempt, token, kind, now_ms(), retryable=o.retryable, error_class=o.error_class,
+                error_message=o.error_message, started_at_ms=started_at_ms,
+            )
         return encode(
             AttemptReport(
                 occurrence_id=occ.occurrence_id,
