@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from scheduler.native import load
 from scheduler.records import Occurrence, OccurrenceEvent, current_schema, decode_fields
+from scheduler.records.avro_fast import OccurrenceBody
 
 _OCC_SCHEMA = current_schema(Occurrence)
 _OCC_HEADER = _OCC_SCHEMA.header
@@ -32,31 +33,14 @@ _EVENT_STATES: tuple[str, ...] = tuple(
 _avro = load("scheduler.records.avro_fast")  # the compiled varint and string readers, when built
 _long: Callable[[bytes, int], tuple[int, int]] = _avro.read_long
 _text: Callable[[bytes, int], tuple[str, int]] = _avro.read_string
+_occurrence_body: Callable[[bytes], OccurrenceBody] = _avro.occurrence_body
 
 
 def dispatch_fields(value: bytes) -> tuple[str, str, str, int, int, int, int]:
     """(occurrence_id, schedule_id, tenant, version, scheduled_for, available_at, attempt)."""
     if value[:10] == _OCC_HEADER:
-        oid, p = _text(value, 10)
-        sid, p = _text(value, p)
-        ten, p = _text(value, p)
-        ver, p = _long(value, p)
-        sf, p = _long(value, p)
-        av, p = _long(value, p)
-        _, p = _long(value, p)  # enqueued_at_ms: the broker's LogAppendTime is the truth
-        att, p = _long(value, p)
-        _, p = _long(value, p)  # lane
-        h, p = _long(value, p)  # handler: skipped, not decoded
-        p += h
-        n, p = _long(value, p)  # payload
-        p += n
-        union, p = _long(value, p)  # deadline_ms: null | long
-        if union == 1:
-            _, p = _long(value, p)
-        if h < 0 or n < 0 or union not in (0, 1) or p != len(value):
-            raise ValueError(f"Occurrence: malformed tail (payload {n}, deadline branch {union}, "
-                             f"end {p} of {len(value)} bytes)")
-        return oid, sid, ten, ver, sf, av, att
+        f = _occurrence_body(value)
+        return f[0], f[1], f[2], f[3], f[4], f[5], f[7]
     d = decode_fields(value, Occurrence)  # an older writer schema: resolved the slow way
     return (d["occurrence_id"], d["schedule_id"], d["tenant"], d["version"], d["scheduled_for_ms"],
             d["available_at_ms"], d["attempt"])
