@@ -29,8 +29,9 @@ def finish_restore(store: ShardStore, now: int = 0) -> None:
     time left."""
     for tenant, lane in list(store.cursors):
         store.queue(tenant, lane)
+    first: dict[tuple[int, int], int | None] = {}  # shared by the schedules of one spec
     for e in store.entries.values():
-        if e.state == ACTIVE and not store.arm_from(e, -1):
+        if e.state == ACTIVE and not store.arm_from(e, -1, first):
             store.complete(e, now or e.effective_from)
     for sid, view in sorted(store.restored_runtime.items()):
         owner = store.entries.get(sid)

@@ -74,8 +74,11 @@ def restore_consumer(settings: Settings, **extra: object) -> Consumer:
             **{
                 "enable.partition.eof": True,
                 # Prefetch enough to keep the decode loop busy, not whole partitions: what
-                # the client buffers here stays in the processor's RSS after restore.
-                "queued.max.messages.kbytes": 16_384,
+                # the client buffers here stays in the processor's RSS after restore. With 1 MB
+                # fetches per partition (the default) the loop waited for the fetcher a quarter
+                # of a warm-up (py-spy --idle, docs/decisions.md).
+                "queued.max.messages.kbytes": 65_536,
+                "max.partition.fetch.bytes": 16 << 20,
                 # The last fetch finds nothing: the broker would hold it 500 ms (the default).
                 "fetch.wait.max.ms": 10,
                 **extra,

@@ -121,15 +121,25 @@ class ShardStore:
         window_s = e.policy.window_s
         return available_at(e.compiled, e.schedule_id, e.version, f, window_s) if window_s else f
 
-    def arm_from(self, e: Entry, after: int) -> bool:
+    def arm_from(self, e: Entry, after: int, first: dict[tuple[int, int], int | None] | None = None) -> bool:
         """Arm ``e`` at its first occurrence with ``scheduled_for > after`` that is past its lane cursor.
 
         Returns False (and leaves it disarmed) when the schedule has no further fire time.
+        ``first``: a memo of first fire times by (id of the compiled spec, start), for a caller
+        arming many schedules at once that keeps their specs alive meanwhile (restore): schedules
+        of one spec mostly start from the same second (their lane cursor), and a compiled spec is
+        a pure function of time.
         """
         q = self.queue(e.tenant, e.lane)
         cur = q.cursor
         start = max(after, e.effective_from - 1, cur[0] - e.policy.window_s - 1)
-        f = e.compiled.next_after_epoch(start)
+        if first is None:
+            f = e.compiled.next_after_epoch(start)
+        else:
+            key = (id(e.compiled), start)
+            f = first.get(key, -1)  # -1: not known yet (a fire time is after start, and start >= -1)
+            if f == -1:
+                f = first[key] = e.compiled.next_after_epoch(start)
         while f is not None:
             avail = self.available(e, f)
             if (avail, e.schedule_id) > cur:
@@ -340,11 +350,11 @@ class ShardStore:
     # -- records read by restore, tombstones, retention ---------------------------------
     def restore_entry(self, e: Entry) -> None:
         """Add a schedule read from ``ksched.schedules`` (called before cursors are final)."""
-        old = self.entries.get(e.schedule_id)
-        if old is not None:  # an older record of it not compacted away yet
+        old = self.entries.setdefault(e.schedule_id, e)  # one lookup in a dict of millions
+        if old is not e:  # an older record of it not compacted away yet
             self.disarm(old)
             self.count(old, -1)
-        self.entries[e.schedule_id] = e
+            self.entries[e.schedule_id] = e
         if e.state in (ACTIVE, PAUSED):  # count(e, 1) inline: once per restored schedule
             self.active_count[e.tenant] = self.active_count.get(e.tenant, 0) + 1
         if e.last_request_id is not None:
