@@ -5,8 +5,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import logging
 import time
 from collections.abc import Iterator
+
+log = logging.getLogger("ksched.processor.heap")
+TRIM_EVERY_S = 5.0  # malloc_trim walks every arena: not at every settle of a create storm
 
 
 class Heap:
@@ -15,6 +19,7 @@ class Heap:
     def __init__(self) -> None:
         self.changed = False  # commands (new entries) or a restore since the last freeze
         self._last_freeze = 0.0
+        self._last_trim = 0.0
 
     def settle(self, force: bool = False) -> None:
         """Take the long-lived schedule entries out of the cyclic GC's sight (``gc.freeze``).
@@ -32,6 +37,15 @@ class Heap:
             gc.freeze()
             self.changed = False
             self._last_freeze = now
+            if force or now - self._last_trim >= TRIM_EVERY_S:
+                # Applying commands frees as much as it keeps (decoded commands, encoded outputs,
+                # the client's buffers): without a trim RSS per armed schedule stayed twice what
+                # the entries hold (docs/decisions.md, issue 14 item 4).
+                self.release_free_memory()
+                self._last_trim = now
+                took = time.monotonic() - now
+                if took > 0.05:
+                    log.info("heap: settling took %.0f ms", took * 1000)
 
     @contextlib.contextmanager
     def no_collections(self) -> Iterator[None]:

@@ -227,7 +227,6 @@ class Ownership:
             )
             self.owned[p] = OwnedShard(shard, producers[p], TopicPartition(self.t_shards, p))
         log.info("restored %d shards in %.2fs", len(shards), time.monotonic() - started)
-        self.heap.release_free_memory()
 
     def _resume(self, p: int) -> None:
         """Step 4 of a rebuild: re-read shard ``p``'s inputs from the group's committed offsets."""
