@@ -274,9 +274,22 @@ def test_a_reader_waits_for_its_own_change_and_names_a_lagging_indexer(tmp_path:
             reader.schedule("acme", "p1")  # not the ACTIVE of before its own pause
         writer.apply("g", batch_of([_change("p1", "pause", "PAUSE", "PAUSED", SF + 1000, SF + 1000)]), {})
         assert (s := reader.schedule("acme", "p1")) is not None and s.state == "PAUSED"
+        assert ("acme", "p1") not in reader._written  # shown now: forgotten (bounded memory)
         reader.noted("acme", "p2", 1, None)  # a replayed create elsewhere: its version is enough
         with pytest.raises(HistoryLagging):
             reader.schedule("acme", "p2")
         with pytest.raises(ScheduleNotFound, match="schedule_id 'p3' not found for tenant 'acme'"):
             reader.describe("acme", "p3")
     reader.close()
+
+
+def test_a_reader_remembers_a_bounded_number_of_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.client import HistoryReader, queries
+    from scheduler.settings import Settings
+
+    monkeypatch.setattr(queries, "WRITTEN_LIMIT", 3)
+    reader = HistoryReader(Settings(history_dsn="sqlite:///nowhere.db", namespace="ns"))
+    for i in range(5):
+        reader.noted("acme", f"s{i}", 1, f"r{i}")
+    reader.noted("acme", "s2", 2, "r5")  # a newer write of s2: now the newest
+    assert list(reader._written) == [("acme", "s3"), ("acme", "s4"), ("acme", "s2")]

@@ -50,6 +50,11 @@ _FIX = ("run `ksched history` (it indexes into the store of the setting history_
         "history_dsn (KSCHED_HISTORY_DSN) to the store your indexer writes")
 
 
+# Writes remembered for read-your-writes until the store shows them; past this many the oldest are
+# forgotten (an indexer that far behind this one process is reported by its own metrics).
+WRITTEN_LIMIT = 100_000
+
+
 class HistoryReader:
     """One process's reads of the history store of ``settings`` (opened on first use).
 
@@ -117,7 +122,11 @@ class HistoryReader:
     def noted(self, tenant: str, schedule_id: str, version: int, request_id: str | None) -> None:
         """This process got ``request_id`` accepted at ``version`` (``request_id`` None: a replay,
         which changed nothing): its reads of the schedule must show at least that."""
-        self._written[(tenant, schedule_id)] = (version, request_id)
+        key = (tenant, schedule_id)
+        self._written.pop(key, None)  # to the end: the oldest are dropped first
+        self._written[key] = (version, request_id)
+        while len(self._written) > WRITTEN_LIMIT:  # a long-lived API process: bounded memory
+            self._written.pop(next(iter(self._written)), None)
 
     def _caught_up(self, tenant: str, schedule_id: str) -> bool:
         """Whether the store has indexed the last change this process got accepted. Checked before
@@ -129,9 +138,18 @@ class HistoryReader:
         version, request_id = want
         store = self.store()
         if request_id is not None and store.has_change(tenant, schedule_id, request_id):
-            return True
+            return self._indexed(tenant, schedule_id, want)
         s = store.schedule(tenant, schedule_id)  # versions only grow: a later read shows at least this
-        return s is not None and (s.version > version or (request_id is None and s.version >= version))
+        if s is not None and (s.version > version or (request_id is None and s.version >= version)):
+            return self._indexed(tenant, schedule_id, want)
+        return False
+
+    def _indexed(self, tenant: str, schedule_id: str, want: tuple[int, str | None]) -> bool:
+        """Forget a write the store now shows (every later read shows it too); True."""
+        key = (tenant, schedule_id)
+        if self._written.get(key) == want:  # not replaced by a newer write meanwhile
+            self._written.pop(key, None)
+        return True
 
     def schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
         """The current schedule (None: ``tenant`` has none with this id), showing at least the last
@@ -142,8 +160,9 @@ class HistoryReader:
         while True:
             if self._caught_up(tenant, schedule_id):
                 return self.store().schedule(tenant, schedule_id)
-            if time.monotonic() >= deadline:
-                version, request_id = self._written[(tenant, schedule_id)]
+            want = self._written.get((tenant, schedule_id))
+            if want is not None and time.monotonic() >= deadline:  # None: shown since (another thread)
+                version, request_id = want
                 raise HistoryLagging(
                     f"schedule {schedule_id}: the history store ({self.where}) has not indexed request "
                     f"{request_id} (version {version}, accepted for this client) within {self.wait_s}s: "
