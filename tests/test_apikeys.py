@@ -82,14 +82,7 @@ def test_the_checker_hashes_a_key_once_and_still_sees_a_revocation_at_once(
     key, record = new_key()
     other_key, other = new_key()
     registry: dict[str, tuple[ApiKey, ...]] = {"acme": (record,), "bravo": (other,)}
-    hashed: list[str] = []
-    real = apikeys.secret_matches
-
-    def counting(secret: str, secret_hash: str) -> bool:
-        hashed.append(secret)
-        return real(secret, secret_hash)
-
-    monkeypatch.setattr(apikeys, "secret_matches", counting)
+    hashed = _count_hashes(monkeypatch)
     checker = KeyChecker(lambda: registry)
     assert checker.tenant_of(key) == "acme" and checker.tenant_of(key) == "acme"
     assert checker.tenant_of(other_key) == "bravo"
@@ -108,14 +101,7 @@ def test_concurrent_first_uses_of_a_key_hash_it_once_and_a_wrong_secret_is_hashe
 ) -> None:
     """64 connections opening at once with a new key: one scrypt, not 64 (they all wait for it)."""
     key, record = new_key()
-    hashed: list[str] = []
-    real = apikeys.secret_matches
-
-    def counting(secret: str, secret_hash: str) -> bool:
-        hashed.append(secret)
-        return real(secret, secret_hash)
-
-    monkeypatch.setattr(apikeys, "secret_matches", counting)
+    hashed = _count_hashes(monkeypatch)
     checker = KeyChecker(lambda: {"acme": (record,)})
     with ThreadPoolExecutor(16) as pool:
         assert set(pool.map(lambda _: checker.tenant_of(key), range(64))) == {"acme"}
@@ -132,3 +118,16 @@ def test_keys_survive_the_registry_record_round_trip_and_are_not_quotas() -> Non
     tenant = Tenant(name="acme", api_keys=(a, replace(b, revoked_at_ms=3)))
     assert decode_tenant(b"acme", encode_tenant(tenant, 10)) == ("acme", tenant)
     assert "api_keys" not in QUOTAS
+
+
+def _count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The secrets hashed from now on (``apikeys.secret_matches`` calls), in order."""
+    hashed: list[str] = []
+    real = apikeys.secret_matches
+
+    def counting(secret: str, secret_hash: str) -> bool:
+        hashed.append(secret)
+        return real(secret, secret_hash)
+
+    monkeypatch.setattr(apikeys, "secret_matches", counting)
+    return hashed
