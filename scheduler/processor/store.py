@@ -349,7 +349,8 @@ class ShardStore:
 
     # -- records read by restore, tombstones, retention ---------------------------------
     def restore_entry(self, e: Entry) -> None:
-        """Add a schedule read from ``ksched.schedules`` (called before cursors are final)."""
+        """Add a schedule read from ``ksched.schedules`` (called before cursors are final); ``e`` is
+        the record's own new entry, never one the shard already holds."""
         old = self.entries.setdefault(e.schedule_id, e)  # one lookup in a dict of millions
         if old is not e:  # an older record of it not compacted away yet
             self.disarm(old)
