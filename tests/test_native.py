@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler import native
-from scheduler.records import AttemptReport, Occurrence, Schedule, VersionRecord, encode
+from scheduler.records import AttemptReport, Occurrence, OccurrenceEvent, Schedule, VersionRecord, encode
 from scheduler.records import report_scan as rs
 from scheduler.records import schedule_scan as ss
 from tests.test_records import record_strategy
@@ -84,12 +84,17 @@ def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: 
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(occ=record_strategy(Occurrence), ver=record_strategy(VersionRecord), data=st.data())
+@given(
+    occ=record_strategy(Occurrence),
+    ver=record_strategy(VersionRecord),
+    ev=record_strategy(OccurrenceEvent),
+    data=st.data(),
+)
 def test_compiled_worker_reads_equal_their_source(
-    occ: Occurrence, ver: VersionRecord, data: st.DataObject
+    occ: Occurrence, ver: VersionRecord, ev: OccurrenceEvent, data: st.DataObject
 ) -> None:
     pure, compiled = importlib.import_module(FAST), native.load(FAST)
-    for fn, rec in (("occurrence_body", occ), ("version_body", ver)):
+    for fn, rec in (("occurrence_body", occ), ("version_body", ver), ("event_body", ev)):
         for value in (encode(rec), _mutated(encode(rec), data)):
             assert _called(getattr(compiled, fn), value) == _called(getattr(pure, fn), value)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from scheduler.native import load
 from scheduler.records import Occurrence, OccurrenceEvent, current_schema, decode_fields
-from scheduler.records.avro_fast import OccurrenceBody
+from scheduler.records.avro_fast import EventBody, OccurrenceBody
 
 _OCC_SCHEMA = current_schema(Occurrence)
 _OCC_HEADER = _OCC_SCHEMA.header
@@ -32,8 +32,8 @@ _EVENT_STATES: tuple[str, ...] = tuple(
 )
 _avro = load("scheduler.records.avro_fast")  # the compiled varint and string readers, when built
 _long: Callable[[bytes, int], tuple[int, int]] = _avro.read_long
-_text: Callable[[bytes, int], tuple[str, int]] = _avro.read_string
 _occurrence_body: Callable[[bytes], OccurrenceBody] = _avro.occurrence_body
+_event_body: Callable[[bytes], EventBody] = _avro.event_body
 
 
 def dispatch_fields(value: bytes) -> tuple[str, str, str, int, int, int, int]:
@@ -52,21 +52,5 @@ def event_fields(value: bytes) -> tuple[str, str, str, int, int, str, int, str |
         d = decode_fields(value, OccurrenceEvent)  # an older writer schema
         return (d["occurrence_id"], d["schedule_id"], d["tenant"], d["version"], d["scheduled_for_ms"],
                 str(d["state"]), d["attempt"] or 0, d["reason"], d["at_ms"])
-    oid, p = _text(value, 10)
-    sid, p = _text(value, p)
-    ten, p = _text(value, p)
-    ver, p = _long(value, p)
-    sf, p = _long(value, p)
-    state_index, p = _long(value, p)
-    branch, p = _long(value, p)
-    attempt = 0
-    if branch == 1:
-        attempt, p = _long(value, p)
-    reason_branch, p = _long(value, p)
-    reason = None
-    if reason_branch == 1:
-        reason, p = _text(value, p)
-    at, p = _long(value, p)
-    if p != len(value) or branch not in (0, 1) or reason_branch not in (0, 1):
-        raise ValueError(f"OccurrenceEvent: malformed body (end {p} of {len(value)} bytes)")
-    return oid, sid, ten, ver, sf, _EVENT_STATES[state_index], attempt, reason, at
+    oid, sid, ten, ver, sf, state_index, attempt, reason, at = _event_body(value)
+    return oid, sid, ten, ver, sf, _EVENT_STATES[state_index], attempt or 0, reason, at

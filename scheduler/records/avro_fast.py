@@ -260,6 +260,27 @@ def version_body(b: bytes) -> VersionBody:
     return sid, tenant, version, state, updated, paused, resumed
 
 
+EventBody = tuple[str, str, str, int, int, int, "int | None", "str | None", int]
+"""An ``OccurrenceEvent``'s fields in schema order, ``state`` its symbol's index."""
+
+
+def event_body(b: bytes) -> EventBody:
+    """The fields of an ``OccurrenceEvent`` body that starts at offset 10 of ``b`` and ends with it
+    (what :func:`event_value` writes)."""
+    oid, i = read_string(b, 10)
+    sid, i = read_string(b, i)
+    tenant, i = read_string(b, i)
+    version, i = read_long(b, i)
+    scheduled_for, i = read_long(b, i)
+    state, i = read_long(b, i)
+    attempt, i = _opt_long(b, i)
+    reason, i = _opt_string(b, i)
+    at, i = read_long(b, i)
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes where the body should end")
+    return oid, sid, tenant, version, scheduled_for, state, attempt, reason, at
+
+
 def event_value(
     header: bytes,
     occurrence_id: str,
