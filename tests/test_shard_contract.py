@@ -352,3 +352,27 @@ def test_a_create_replay_of_a_long_past_one_time_is_still_a_replay() -> None:
     tick(s, T0 + 60)
     again = cmd(s, "CREATE", sid, T0 + 3 * 86_400, once(T0 + 60), key="k")
     assert again.accepted and again.entry is None and again.version == 1
+
+
+def test_the_heap_quiets_the_gc_for_the_ticks_and_restores_it() -> None:
+    import gc
+
+    from scheduler.processor.heap import Heap
+
+    assert gc.isenabled()
+    with Heap.quiet():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with Heap.quiet():
+            pass
+        assert not gc.isenabled()  # a caller's own disable is left alone
+    finally:
+        gc.enable()
+    try:
+        with Heap.quiet():
+            raise KeyError("x")
+    except KeyError:
+        pass
+    assert gc.isenabled()

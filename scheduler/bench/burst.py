@@ -293,6 +293,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"loaded {accepted:,}/{n:,} schedules in {load_s:.1f}s: {commands_per_s:,.0f} commands/s")
         time.sleep(1)
         rss_after = sum(rss(p.pid) for p in procs)
+        print(f"due instant {due} ({time.strftime('%H:%M:%S', time.gmtime(due))} UTC)", flush=True)
         if time.time() > due:
             print(f"warning: loading finished {time.time() - due:.0f}s after the due instant")
 

@@ -182,10 +182,11 @@ class Processor:
                 continue
             by_partition[m.partition() or 0].append(m)
         now = self.clock()
-        commits = [self._tick(o, by_partition.get(p, []), now) for p, o in list(self.owned.items())]
-        for cp in commits:
-            if cp is not None:
-                self._join(cp)
+        with self.heap.quiet():
+            commits = [self._tick(o, by_partition.get(p, []), now) for p, o in list(self.owned.items())]
+            for cp in commits:
+                if cp is not None:
+                    self._join(cp)
         if by_partition:
             self.heap.changed = True
         self.heap.settle()
