@@ -391,16 +391,19 @@ def _run(args: argparse.Namespace) -> int:
         **(pfault.facts if pfault is not None else {}),
     }
     path = report(out, args.json_file)
-    _plot(over_time, vis, Path(args.png) if args.png else path.with_suffix(".png"))
+    _plot(over_time, vis, [a / 1000 - due for a in appended],
+          Path(args.png) if args.png else path.with_suffix(".png"))
     space.close()
     return 0 if out["missing"] == 0 and out["duplicates"] == 0 else 1
 
 
-def _plot(over_time: list[tuple[float, float]], lags: list[float], path: Path) -> None:
+def _plot(over_time: list[tuple[float, float]], lags: list[float], appended: list[float], path: Path) -> None:
+    """Lag over time, the lag CDF, and the emission rate over time (``appended``: each record's
+    broker append time, seconds after the due instant, sorted)."""
     plt = pyplot()
     if plt is None:
         return
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(16, 4))
     step = max(1, len(over_time) // 20_000)
     pts = over_time[::step]
     a.scatter([p[0] for p in pts], [p[1] for p in pts], s=1)
@@ -413,6 +416,17 @@ def _plot(over_time: list[tuple[float, float]], lags: list[float], path: Path) -
     b.set_xlabel("lag (s)")
     b.set_ylabel("fraction")
     b.set_title("lag CDF")
+    width = 0.1
+    per_bin: dict[int, int] = {}
+    for t in appended:
+        per_bin[int(t // width)] = per_bin.get(int(t // width), 0) + 1
+    if per_bin:
+        bins = range(min(per_bin), max(per_bin) + 1)
+        c.step([i * width for i in bins], [per_bin.get(i, 0) / width for i in bins], where="post")
+    c.set_xlabel("seconds after the due instant (broker append time)")
+    c.set_ylim(bottom=0)
+    c.set_ylabel("dispatch records / s")
+    c.set_title("emission rate over time")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     print(f"wrote {path}")
