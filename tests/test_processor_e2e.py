@@ -128,6 +128,45 @@ def test_crash_at_each_handoff_loses_nothing_and_duplicates_nothing(cluster: Set
         proc.wait(30)
 
 
+@pytest.mark.parametrize("point", ["", "before_commit:6", "after_commit:7"])
+def test_a_burst_over_many_budgets_fires_each_once_through_a_crash(cluster: Settings, point: str) -> None:
+    """A tick budget of 3 cuts one instant's 32 occurrences into several transactions per shard,
+    so shards are ticked again without a poll between (Processor._burst_rounds); a crash at the
+    sixth or seventh dispatching commit (the first pass has four: these are in the rounds), then a
+    restart, still emits each occurrence exactly once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tenant, n = "other", 32
+    tag = f"rounds{point.replace(':', '-')}"
+    before = len(read_dispatch(cluster, tenant, 10**9, 0.5))
+    env = {"KSCHED_TICK_BUDGET": "3", **({"KSCHED_FAILPOINT": point} if point else {})}
+    proc = start_processor(cluster, **env)
+    try:
+        with SchedulerClient(cluster, timeout_s=60) as client:
+            client.create(tenant, once_at(int(time.time()) + 86_400), key=f"{tag}-warmup")
+        due = int(time.time()) + 12
+
+        def create(part: int) -> list[str]:  # four clients at once: the instant stays ahead
+            with SchedulerClient(cluster, timeout_s=60) as c:
+                return [c.create(tenant, once_at(due), key=f"{tag}-{i}").schedule_id
+                        for i in range(part, n, 4)]
+
+        with ThreadPoolExecutor(4) as pool:
+            ids = [sid for part in pool.map(create, range(4)) for sid in part]
+        assert time.time() < due, "creating took too long for the test's premise"
+        if point:
+            assert proc.wait(60) == 137  # the failpoint fired during the burst
+            proc = start_processor(cluster, KSCHED_TICK_BUDGET="3")  # restart: restore and re-derive
+        got = read_dispatch(cluster, tenant, before + n, 60)
+        expected = {occurrence_id(sid, 1, due) for sid in ids}
+        seen = [o.occurrence_id for o in got if o.occurrence_id in expected]
+        assert sorted(seen) == sorted(expected), f"missing {len(expected - set(seen))}, got {len(seen)}"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
+
+
 def test_the_schedule_command_line(cluster: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 

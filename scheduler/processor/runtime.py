@@ -46,6 +46,8 @@ log = logging.getLogger("ksched.processor")
 # Loop time a processor spends on its warm copies each iteration (a tick is every 100 ms): a
 # copy being read from the start must not hold back the shards that fire.
 STANDBY_BUDGET_S = 0.02
+# Longest a burst's shards are ticked again without a poll (commands and reports wait meanwhile).
+BURST_ROUNDS_S = 1.0
 WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
 
 
@@ -184,14 +186,41 @@ class Processor:
         now = self.clock()
         with self.heap.quiet():
             commits = [self._tick(o, by_partition.get(p, []), now) for p, o in list(self.owned.items())]
-            for cp in commits:
-                if cp is not None:
-                    self._join(cp)
+            self._burst_rounds(commits)
         if by_partition:
             self.heap.changed = True
         self.heap.settle()
         self.ownership.standby.follow(self.owned)
         self.ownership.standby.poll(STANDBY_BUDGET_S)
+
+    def _burst_rounds(self, commits: list[Checkpoint | None]) -> None:
+        """Join the iteration's commits; while shards fill their tick budget (a burst), tick them
+        again first, without a poll in between, for up to ``BURST_ROUNDS_S``.
+
+        A shard's next transaction waits only for its own previous commit, which ran while the
+        other shards emitted: without these rounds every iteration of a burst ended waiting for
+        its last shard's commit. Commands and reports wait for the next poll (at most
+        ``BURST_ROUNDS_S`` longer); no transaction is open when this returns.
+        """
+        pending = {cp.owned.partition.partition: cp for cp in commits if cp is not None}
+        full = [p for p, cp in pending.items() if len(cp.out.dispatch) >= self.tick_budget]
+        deadline = time.monotonic() + BURST_ROUNDS_S
+        while full and time.monotonic() < deadline:
+            now = self.clock()
+            again: list[int] = []
+            for p in full:
+                self._join(pending.pop(p))
+                owned = self.owned.get(p)
+                if owned is None:  # given up by its commit
+                    continue
+                cp = self._tick(owned, [], now)
+                if cp is not None:
+                    pending[p] = cp
+                    if len(cp.out.dispatch) >= self.tick_budget:
+                        again.append(p)
+            full = again
+        for cp in pending.values():
+            self._join(cp)
 
     def _poll(self, timeout: float) -> list[Message]:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
