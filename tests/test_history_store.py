@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from history_backends import HistoryBackend, normalised
-from history_records import T0_MS, Rec, dispatch, event, history, report, schedule, story
+from history_records import T0_MS, Rec, dead_letter, dispatch, event, history, oid, report, schedule, story
 
 from scheduler.history import HistoryConflictError, HistoryStore, open_store
 from scheduler.history.mapping import Batch, Source
@@ -113,6 +113,25 @@ def test_skips_are_counted_with_the_batch_and_reset_empties_everything(store: Hi
     assert store.skipped() == {"undecodable dispatch": 2}
     store.reset()
     assert set(store.counts().values()) == {0} and store.offsets(G) == {}
+
+
+def test_dead_letters_keep_their_latest_death_and_where_it_lies(store: HistoryStore) -> None:
+    """The SQL merge of dlq_entries is rows.merge_dlq's: the later death, whatever the batch order."""
+    def located(*items: tuple[str, int, int, int]) -> Batch:  # (schedule, attempts, partition, offset)
+        b = Batch()
+        for sid, attempts, partition, offset in items:
+            b.add_dlq(T, dead_letter(T, sid, SF, attempts=attempts), partition, offset)
+        return b
+
+    store.apply(G, located(("s1", 5, 1, 9), ("s2", 3, 0, 2)), {("ks.dlq.acme", 0): 3, ("ks.dlq.acme", 1): 10})
+    store.apply(G, located(("s1", 3, 1, 4)), {("ks.dlq.acme", 1): 5})  # the earlier death, read late
+    store.apply(G, located(("s1", 5, 1, 9)), {})  # the same record twice: one row
+    assert store.dlq_location(T, oid("s1", 1, SF)) == (1, 9)
+    assert store.dlq_location(T, oid("s2", 1, SF)) == (0, 2)
+    assert store.dlq_location("other", oid("s1", 1, SF)) is None, "another tenant's id is unknown"
+    assert store.dlq_location(T, "o-none") is None and store.count("dlq_entries") == 2
+    store.apply("other-group", Batch(), {("ks.dlq.acme", 0): 7})
+    assert store.indexed_to("ks.dlq.acme") == {0: 7, 1: 10} and store.indexed_to("ks.dlq.x") == {}
 
 
 def test_open_store_picks_the_backend_from_the_dsn(tmp_path: Path) -> None:

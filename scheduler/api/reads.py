@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 
 from scheduler.api import models as m
-from scheduler.api.deps import Svc, Tenant, answering, not_found, problem_responses, unavailable
+from scheduler.api.deps import Svc, Tenant, answering, problem_responses, unavailable
 from scheduler.api.problems import ApiProblem
 from scheduler.cli import UsageError, render
 from scheduler.cli.instants import iso_utc
@@ -93,16 +93,6 @@ def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenan
         return render.detail_json(svc.router.occurrence(tenant, occurrence_id))
 
 
-def _dlq(svc: Any, tenant: str) -> list[DlqEntry]:
-    from scheduler.dlq import read_dlq
-    from scheduler.principals import as_api
-
-    try:
-        return read_dlq(svc.settings, tenant, timeout_s=10, conn=as_api(svc.settings))
-    except (LookupError, TimeoutError) as exc:
-        raise unavailable(exc) from None
-
-
 def _dlq_json(d: DlqEntry) -> dict[str, Any]:
     return {
         "occurrence_id": d.occurrence_id,
@@ -160,19 +150,27 @@ def dlq(
                 }
             }
         },
-        **problem_responses(404, 503),
+        **problem_responses(404, 409, 503),
     },
 )
 def replay(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: Tenant, svc: Svc) -> Any:
+    from scheduler.dlq import DlqNotIndexedYet, NotInDlq, find_dead
     from scheduler.dlq import replay as replay_entries
     from scheduler.principals import as_api
 
-    latest = {d.occurrence_id: d for d in _dlq(svc, tenant)}.get(occurrence_id)  # its latest death
-    if latest is None:
-        raise not_found("occurrence_id", occurrence_id)
+    conn = as_api(svc.settings)
     try:
-        [occ] = replay_entries(svc.settings, [latest], int(time.time() * 1000), conn=as_api(svc.settings))
-    except TimeoutError as exc:
+        with answering("occurrence_id", occurrence_id):  # a store never fed: 503
+            store = svc.router.history.store()
+        latest = find_dead(svc.settings, store, tenant, occurrence_id, conn=conn)  # its latest death
+        [occ] = replay_entries(svc.settings, [latest], int(time.time() * 1000), conn=conn)
+    except NotInDlq as exc:
+        raise ApiProblem(404, "not-found", f"{exc}: check the id (GET /v1/dlq lists them)",
+                         field="occurrence_id") from None
+    except DlqNotIndexedYet as exc:
+        raise ApiProblem(409, "conflict", f"{exc}", field="occurrence_id",
+                         headers={"Retry-After": "1"}) from None
+    except (LookupError, TimeoutError) as exc:
         raise unavailable(exc) from None
     return {"occurrence_id": occ.occurrence_id, "schedule_id": occ.schedule_id, "attempt": occ.attempt}
 

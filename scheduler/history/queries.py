@@ -240,6 +240,26 @@ class StoreQueries:
         )
         return tuple(answers.occurrence(r) for r in rows)
 
+    def dlq_location(self, tenant: str, occurrence_id: str) -> tuple[int, int] | None:
+        """``(partition, offset)`` of the latest dead-letter record of ``tenant``'s
+        ``occurrence_id`` in its DLQ topic, or None when the store holds none (yet)."""
+        m = self.dialect.mark
+        rows = self.select(
+            f"SELECT dlq_partition, dlq_offset FROM dlq_entries WHERE tenant = {m} AND occurrence_id = {m}",
+            [tenant, occurrence_id],
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None  # type: ignore[call-overload]
+
+    def indexed_to(self, topic: str) -> dict[int, int]:
+        """partition -> the next offset of ``topic`` some indexer group of this store has stored
+        (the furthest of them): every record before it is in the store."""
+        m = self.dialect.mark
+        rows = self.select(
+            f"SELECT partition, max(next_offset) FROM consumer_offsets WHERE topic = {m} GROUP BY partition",
+            [topic],
+        )
+        return {int(p): int(n) for p, n in rows}  # type: ignore[call-overload]
+
     def indexed(self, namespace: str) -> bool:
         """Whether an indexer has stored offsets of ``namespace``'s topics here (has fed this store)."""
         m = self.dialect.mark
