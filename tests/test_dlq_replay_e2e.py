@@ -43,7 +43,8 @@ def _dead(settings: Settings, entries: list[DlqEntry]) -> None:
 
 
 def test_replay_reads_the_one_record_the_store_located(
-    kafka_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kafka_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from scheduler.cli.topics_cmd import apply_all
 
@@ -55,7 +56,7 @@ def test_replay_reads_the_one_record_the_store_located(
     _dead(kafka_settings, [*entries, died_again, _entry(OTHER, 1)])
     store = SQLiteHistoryStore(tmp_path / "history.db")
     try:
-        with pytest.raises(DlqNotIndexedYet, match="not indexed yet.*retry"):  # nothing indexed yet
+        with pytest.raises(DlqNotIndexedYet, match=r"not indexed yet.*retry"):  # nothing indexed yet
             find_dead(kafka_settings, store, TENANT, entries[0].occurrence_id, wait_s=0.2)
 
         index_to_end(kafka_settings, store, from_beginning=False)
