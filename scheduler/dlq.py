@@ -13,16 +13,14 @@ each occurrence's latest death) and reads that one record, never the whole topic
 
 from __future__ import annotations
 
-import heapq
 import time
-from itertools import islice
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from scheduler.history.queries import StoreQueries
 from scheduler.kafka.clients import consumer, producer
 from scheduler.kafka.connection import KafkaConnection
-from scheduler.kafka.reader import all_partitions, read_to_end, watermarks
+from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.records import DlqEntry, Occurrence, RecordDecodeError, decode, encode
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
@@ -47,63 +45,6 @@ def read_dlq(
     finally:
         c.close()
     return sorted(out, key=lambda d: (d.dead_at_ms, d.occurrence_id))
-
-
-def read_dlq_page(
-    settings: Settings, tenant: str, *, cursor: str | None = None, limit: int = 100,
-    timeout_s: float = 10, conn: KafkaConnection | None = None,
-) -> tuple[list[DlqEntry], str | None]:
-    """One page of ``tenant``'s dead letters: at most ``limit`` entries from where ``cursor`` (the
-    previous page's next cursor) left off, and the next cursor (None on the last page). Reads at
-    most ``limit`` offsets of each partition, whatever the topic's size: the HTTP API's list.
-    Entries come in order of death, each partition's in the order they were written."""
-    after = parse_cursor(cursor)
-    read: list[tuple[int, int, DlqEntry]] = []  # (partition, offset, entry)
-
-    def keep(m: Message) -> None:
-        try:
-            read.append((m.partition() or 0, m.offset() or 0, decode(m.value() or b"", DlqEntry)))
-        except RecordDecodeError:
-            return
-
-    c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
-    try:
-        tps = all_partitions(c, topic_name(settings, "dlq", tenant))
-        ends: dict[int, int] = {}
-        for tp in tps:  # from the cursor, or the first offset retention kept
-            low, ends[tp.partition] = watermarks(c, tp)
-            tp.offset = max(low, after.get(tp.partition, 0))
-        read_to_end(c, tps, keep, timeout_s, poll_s=0.05,
-                    stop_before={tp.partition: tp.offset + limit for tp in tps})
-    finally:
-        c.close()
-    # each partition's entries in offset order, merged by death: a page takes a prefix of every
-    # partition, so the cursor (an offset per partition) skips nothing
-    by_partition = [[r for r in read if r[0] == tp.partition] for tp in tps]
-    merged = heapq.merge(*by_partition, key=lambda r: (r[2].dead_at_ms, r[2].occurrence_id))
-    page = list(islice(merged, limit))
-    nxt = {tp.partition: tp.offset for tp in tps}
-    nxt.update({p: max(nxt[p], o + 1) for p, o, _ in page})
-    # an entry read but not on the page, or a partition read only to its window: a next page
-    more = len(read) > limit or any(nxt[p] < ends[p] for p in nxt)
-    cursor_out = ",".join(f"{p}:{o}" for p, o in sorted(nxt.items())) if more else None
-    return [d for _, _, d in page], cursor_out
-
-
-def parse_cursor(cursor: str | None) -> dict[int, int]:
-    """partition -> next offset of a DLQ page cursor (``0:12,1:5``); ValueError naming the fix."""
-    if not cursor:
-        return {}
-    try:
-        pairs = [part.split(":") for part in cursor.split(",")]
-        out = {int(p): int(o) for p, o in pairs}
-    except ValueError:
-        raise ValueError(f"{cursor!r} is not a DLQ page cursor: pass the next_cursor of the previous "
-                         "page as it was, or none for the first page") from None
-    if any(p < 0 or o < 0 for p, o in out.items()):
-        raise ValueError(f"{cursor!r}: partitions and offsets are not negative: pass the next_cursor "
-                         "of the previous page as it was")
-    return out
 
 
 class NotInDlq(LookupError):

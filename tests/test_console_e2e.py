@@ -40,7 +40,7 @@ def _open(base: str, key: str, tenant: str, **selection: str) -> str:
 
 
 def test_the_console_shows_a_tenants_schedules_runs_occurrences_and_dlq_and_nothing_of_another(
-    ready: Api,
+    ready: Api,  # noqa: F811
 ) -> None:
     chromium()  # fail first, and loudly, without a browser
     h, me = ready.http, ready.as_(A)
@@ -125,7 +125,8 @@ def _pages_through_the_dlq(stack: Api, base: str) -> None:
                      dead_at_ms=1_000 * i, reason="permanent")
         prod.produce(topic_name(stack.settings, "dlq", A), encode(d), d.schedule_id.encode())
     assert prod.flush(30) == 0
-    every = _dead(ready, A)
+    _until("the two dead letters indexed", lambda: {f"{1:032x}", f"{2:032x}"} <= _dead(stack, A))
+    every = _dead(stack, A)
     assert len(every) >= 3
 
     def page(fragment: str, name: str) -> tuple[set[str], str]:

@@ -134,6 +134,26 @@ def test_dead_letters_keep_their_latest_death_and_where_it_lies(store: HistorySt
     assert store.indexed_to("ks.dlq.acme") == {0: 7, 1: 10} and store.indexed_to("ks.dlq.x") == {}
 
 
+def test_the_dlq_pages_one_item_per_dead_occurrence_in_order_of_death(store: HistoryStore) -> None:
+    b = Batch()
+    for i in range(7):  # deaths at SF + i*10, the third one twice (replayed and dead again: later)
+        b.add_dlq(T, dead_letter(T, f"s{i}", SF, dead_at_ms=SF + 10 * i), i % 2, i)
+    b.add_dlq(T, dead_letter(T, "s2", SF, attempts=9, dead_at_ms=SF + 100), 0, 50)
+    b.add_dlq("other", dead_letter("other", "s9", SF), 0, 0)
+    store.apply(G, b, {})
+    seen, cursor = [], None
+    for _ in range(10):
+        page = store.dead_letters(T, cursor=cursor, limit=3)
+        assert len(page.items) <= 3
+        seen += [(d.schedule_id, d.attempts) for d in page.items]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert seen == [("s0", 3), ("s1", 3), ("s3", 3), ("s4", 3), ("s5", 3), ("s6", 3), ("s2", 9)]
+    assert store.dead_letters("nobody").items == ()
+    with pytest.raises(ValueError, match="not a cursor of the dlq listing"):
+        store.dead_letters(T, cursor="0:12")
+
+
 def test_open_store_picks_the_backend_from_the_dsn(tmp_path: Path) -> None:
     with open_store("", tmp_path / "default.db") as s:
         assert type(s).__name__ == "SQLiteHistoryStore" and (tmp_path / "default.db").exists()

@@ -1,6 +1,6 @@
 """``/v1/occurrences``, ``/v1/dlq`` and ``/v1/preview``: the history store's occurrence queries, a
-tenant's dead-letter queue (``scheduler/dlq.py``) and the preview of an unsaved spec
-(``ksched preview``'s own rows)."""
+tenant's dead-letter queue (listed from the store, replayed by ``scheduler/dlq.py``) and the
+preview of an unsaved spec (``ksched preview``'s own rows)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from scheduler.api.deps import Svc, Tenant, answering, problem_responses, unavai
 from scheduler.api.problems import ApiProblem
 from scheduler.cli import UsageError, render
 from scheduler.cli.instants import iso_utc
-from scheduler.records import DlqEntry
+from scheduler.history.views import DeadLetterView
 
 router = APIRouter(prefix="/v1", tags=["occurrences"])
 _DAY_MS = 86_400_000
@@ -93,7 +93,7 @@ def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenan
         return render.detail_json(svc.router.occurrence(tenant, occurrence_id))
 
 
-def _dlq_json(d: DlqEntry) -> dict[str, Any]:
+def _dlq_json(d: DeadLetterView) -> dict[str, Any]:
     return {
         "occurrence_id": d.occurrence_id,
         "schedule_id": d.schedule_id,
@@ -124,17 +124,12 @@ def dlq(
     cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Any:
-    from scheduler.dlq import read_dlq_page
-    from scheduler.principals import as_api
-
     try:
-        items, nxt = read_dlq_page(svc.settings, tenant, cursor=cursor, limit=limit,
-                                   conn=as_api(svc.settings))
+        with answering():
+            page = svc.router.history.store().dead_letters(tenant, cursor=cursor, limit=limit)
     except ValueError as exc:
-        raise ApiProblem(422, "invalid-request", f"cursor: {exc}", field="cursor") from None
-    except (LookupError, TimeoutError) as exc:
-        raise unavailable(exc) from None
-    return {"items": [_dlq_json(d) for d in items], "next_cursor": nxt}
+        raise ApiProblem(422, "invalid-request", f"{exc}", field="cursor") from None
+    return {"items": [_dlq_json(d) for d in page.items], "next_cursor": page.next_cursor}
 
 
 @router.post(
