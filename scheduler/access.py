@@ -7,8 +7,8 @@ module returns. One principal per role:
 - ``<ns>.processor`` — the processors: read every tenant's commands, write every tenant's
   results, schedules copy, versions, dispatch, occurrence events and DLQ, own the cluster's
   state topics, its own group and transactional ids.
-- ``<ns>.history`` — the history indexers: read every tenant's commands, dispatch and occurrence
-  events and the cluster's schedules and schedule history, in their own group. Nothing else.
+- ``<ns>.history`` — the history indexers: read every tenant's commands, dispatch, occurrence
+  events, dead letters and the cluster's schedules and schedule history, in their own group. Nothing else.
 - ``<ns>.api`` — the HTTP API instances (``ksched api``): write every tenant's commands, read
   every tenant's results and DLQ, write every tenant's dispatch (a DLQ replay), read the tenant
   registry (its API keys), in its own groups. It reads no schedule or occurrence topic: its
@@ -131,7 +131,7 @@ def history_bindings(namespace: str) -> list[Binding]:
     """The history indexers' ACLs: read only (docs/history.md), in group ``<ns>.history``."""
     p, ns = history(namespace), namespace
     out: list[Binding] = []
-    for t in (TENANT_INPUT, "dispatch", "occurrence-events"):
+    for t in (TENANT_INPUT, "dispatch", "occurrence-events", "dlq"):
         out += _grant(p, TOPIC, PREFIXED, f"{ns}.{t}.", ("READ", "DESCRIBE"))
     for t in ("schedules", "schedule-history"):
         out += _grant(p, TOPIC, LITERAL, f"{ns}.{t}", ("READ", "DESCRIBE"))

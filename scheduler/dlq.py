@@ -6,18 +6,21 @@ on the partition the schedule's processor shard owns). The processor adopts
 the replayed attempt from its reports: an attempt number above the one that
 died is current. Replaying twice dispatches twice; the workers' idempotency
 store makes the second a no-op if the first succeeded.
+
+A replay finds its entry through the history store (``dlq_entries``: the partition and offset of
+each occurrence's latest death) and reads that one record, never the whole topic (DESIGN.md §6).
 """
 
 from __future__ import annotations
 
-import heapq
-from itertools import islice
+import time
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
+from scheduler.history.queries import StoreQueries
 from scheduler.kafka.clients import consumer, producer
 from scheduler.kafka.connection import KafkaConnection
-from scheduler.kafka.reader import all_partitions, read_to_end, watermarks
+from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.records import DlqEntry, Occurrence, RecordDecodeError, decode, encode
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
@@ -44,61 +47,82 @@ def read_dlq(
     return sorted(out, key=lambda d: (d.dead_at_ms, d.occurrence_id))
 
 
-def read_dlq_page(
-    settings: Settings, tenant: str, *, cursor: str | None = None, limit: int = 100,
-    timeout_s: float = 10, conn: KafkaConnection | None = None,
-) -> tuple[list[DlqEntry], str | None]:
-    """One page of ``tenant``'s dead letters: at most ``limit`` entries from where ``cursor`` (the
-    previous page's next cursor) left off, and the next cursor (None on the last page). Reads at
-    most ``limit`` offsets of each partition, whatever the topic's size: the HTTP API's list.
-    Entries come in order of death, each partition's in the order they were written."""
-    after = parse_cursor(cursor)
-    read: list[tuple[int, int, DlqEntry]] = []  # (partition, offset, entry)
+class NotInDlq(LookupError):
+    """The tenant's DLQ holds no entry of the occurrence (the store is caught up with the topic), or
+    the entry's record is gone (retention); ``str()`` says which."""
+
+
+class DlqNotIndexedYet(TimeoutError):
+    """The history store has not indexed the tenant's DLQ topic to its end: the entry may be in the
+    part not indexed yet. Retry in a moment (is ``ksched history`` running?)."""
+
+
+class _Found(Exception):
+    """Stops a read at its first record."""
+
+
+def find_dead(
+    settings: Settings, store: StoreQueries, tenant: str, occurrence_id: str, *, wait_s: float = 2.0,
+    conn: KafkaConnection | None = None,
+) -> DlqEntry:
+    """The latest dead-letter entry of ``tenant``'s ``occurrence_id``: its partition and offset from
+    the store, then that one record from the topic (as ``conn``'s principal, default the admin).
+
+    Not in the store: :class:`NotInDlq` if the store holds every record of the topic (checked by
+    reading at most one record per partition past what it indexed), else, after waiting up to
+    ``wait_s`` for the indexer, :class:`DlqNotIndexedYet`. Never reads the whole topic."""
+    topic = topic_name(settings, "dlq", tenant)
+    c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
+    try:
+        deadline = time.monotonic() + wait_s
+        while (where := store.dlq_location(tenant, occurrence_id)) is None:
+            if not _has_unindexed(c, topic, store.indexed_to(topic)):
+                raise NotInDlq(f"occurrence_id {occurrence_id!r} is not in the DLQ of tenant {tenant}")
+            if time.monotonic() >= deadline:
+                raise DlqNotIndexedYet(
+                    f"occurrence_id {occurrence_id!r}: the history store has not indexed the DLQ of tenant "
+                    f"{tenant} to its end yet (not indexed yet): retry in a second; if this lasts, check "
+                    "that `ksched history` is running")
+            time.sleep(0.1)
+        found = _read_at(c, topic, *where)
+    finally:
+        c.close()
+    if found is None or found.occurrence_id != occurrence_id or found.tenant != tenant:
+        raise NotInDlq(f"occurrence_id {occurrence_id!r}: its DLQ record ({topic} partition {where[0]} "
+                       f"offset {where[1]}) is gone (past the topic's retention)")
+    return found
+
+
+def _has_unindexed(c: Consumer, topic: str, indexed: dict[int, int]) -> bool:
+    """Whether any partition of ``topic`` has a committed record at or past the store's offset:
+    stops at the first (transaction markers and aborted records are skipped by the client)."""
+
+    def stop(m: Message) -> None:
+        raise _Found
+
+    tps = all_partitions(c, topic)
+    for tp in tps:
+        tp.offset = indexed.get(tp.partition, 0)
+    try:
+        read_to_end(c, tps, stop, timeout_s=10, poll_s=0.05)
+    except _Found:
+        return True
+    return False
+
+
+def _read_at(c: Consumer, topic: str, partition: int, offset: int) -> DlqEntry | None:
+    """The DLQ entry at ``partition``/``offset`` (assign, seek, one record), None if gone."""
+    got: list[DlqEntry] = []
 
     def keep(m: Message) -> None:
         try:
-            read.append((m.partition() or 0, m.offset() or 0, decode(m.value() or b"", DlqEntry)))
+            got.append(decode(m.value() or b"", DlqEntry))
         except RecordDecodeError:
             return
 
-    c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
-    try:
-        tps = all_partitions(c, topic_name(settings, "dlq", tenant))
-        ends: dict[int, int] = {}
-        for tp in tps:  # from the cursor, or the first offset retention kept
-            low, ends[tp.partition] = watermarks(c, tp)
-            tp.offset = max(low, after.get(tp.partition, 0))
-        read_to_end(c, tps, keep, timeout_s, poll_s=0.05,
-                    stop_before={tp.partition: tp.offset + limit for tp in tps})
-    finally:
-        c.close()
-    # each partition's entries in offset order, merged by death: a page takes a prefix of every
-    # partition, so the cursor (an offset per partition) skips nothing
-    by_partition = [[r for r in read if r[0] == tp.partition] for tp in tps]
-    merged = heapq.merge(*by_partition, key=lambda r: (r[2].dead_at_ms, r[2].occurrence_id))
-    page = list(islice(merged, limit))
-    nxt = {tp.partition: tp.offset for tp in tps}
-    nxt.update({p: max(nxt[p], o + 1) for p, o, _ in page})
-    # an entry read but not on the page, or a partition read only to its window: a next page
-    more = len(read) > limit or any(nxt[p] < ends[p] for p in nxt)
-    cursor_out = ",".join(f"{p}:{o}" for p, o in sorted(nxt.items())) if more else None
-    return [d for _, _, d in page], cursor_out
-
-
-def parse_cursor(cursor: str | None) -> dict[int, int]:
-    """partition -> next offset of a DLQ page cursor (``0:12,1:5``); ValueError naming the fix."""
-    if not cursor:
-        return {}
-    try:
-        pairs = [part.split(":") for part in cursor.split(",")]
-        out = {int(p): int(o) for p, o in pairs}
-    except ValueError:
-        raise ValueError(f"{cursor!r} is not a DLQ page cursor: pass the next_cursor of the previous "
-                         "page as it was, or none for the first page") from None
-    if any(p < 0 or o < 0 for p, o in out.items()):
-        raise ValueError(f"{cursor!r}: partitions and offsets are not negative: pass the next_cursor "
-                         "of the previous page as it was")
-    return out
+    read_to_end(c, [TopicPartition(topic, partition, offset)], keep, timeout_s=10, poll_s=0.05,
+                stop_before={partition: offset + 1})
+    return got[0] if got else None
 
 
 def replay(

@@ -13,6 +13,7 @@ from scheduler.domain.ids import occurrence_id
 from scheduler.history.mapping import Source
 from scheduler.records import (
     AttemptReport,
+    DlqEntry,
     Occurrence,
     OccurrenceEvent,
     Schedule,
@@ -102,3 +103,14 @@ def story(tenant: str, sid: str, n: int, start_ms: int = T0_MS) -> list[Rec]:
                 report(tenant, sid, sf, "SUCCEEDED", token=f"t{i}", at=sf + 80),
                 event(tenant, sid, sf, "SUCCEEDED")]
     return out
+
+
+def dead_letter(tenant: str, sid: str, sf_ms: int, *, attempts: int = 3, dead_at_ms: int | None = None,
+                record_tenant: str | None = None) -> bytes:
+    """The value of a ``ksched.dlq.<tenant>`` record: ``sid``'s occurrence at ``sf_ms`` died."""
+    return encode(DlqEntry(
+        occurrence_id=oid(sid, 1, sf_ms), schedule_id=sid, tenant=record_tenant or tenant, version=1,
+        scheduled_for_ms=sf_ms, available_at_ms=sf_ms, lane="STRICT", handler="h", payload=b"p",
+        attempts=attempts, last_error_class="E", last_error_message=f"failed {attempts}",
+        dead_at_ms=dead_at_ms if dead_at_ms is not None else sf_ms + attempts, reason="attempts exhausted",
+    ))

@@ -82,7 +82,8 @@ def test_the_history_indexer_only_reads() -> None:
     assert {op for *_, op in got} == {"READ", "DESCRIBE"}
     assert {(t, p, n) for t, p, n, _ in got} == {
         (TOPIC, PREFIXED, "ksched.commands."), (TOPIC, PREFIXED, "ksched.dispatch."),
-        (TOPIC, PREFIXED, "ksched.occurrence-events."), (TOPIC, LITERAL, "ksched.schedules"),
+        (TOPIC, PREFIXED, "ksched.occurrence-events."), (TOPIC, PREFIXED, "ksched.dlq."),
+        (TOPIC, LITERAL, "ksched.schedules"),
         (TOPIC, LITERAL, "ksched.schedule-history"), (GROUP, LITERAL, "ksched.history"),
         (GROUP, PREFIXED, "ksched.history."),
     }  # fmt: skip

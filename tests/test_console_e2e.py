@@ -105,8 +105,50 @@ def test_the_console_shows_a_tenants_schedules_runs_occurrences_and_dlq_and_noth
         assert "SUCCEEDED" not in _section(other, "occurrence-view")
         assert "404" in _section(other, "occurrence-view")
 
+        _pages_through_the_dlq(ready, base)
         _open_without_key(base)
     assert (ARTEFACTS / f"console-{A}.png").stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def _pages_through_the_dlq(stack: Api, base: str) -> None:
+    """One dead letter a page: "Next page" and "Previous page" walk A's DLQ both ways (the API's
+    cursors go forward only; the fragment keeps the trail)."""
+    from scheduler.kafka.clients import producer
+    from scheduler.records import DlqEntry, encode
+    from scheduler.topology import topic_name
+
+    prod = producer(stack.settings.kafka())  # two more dead letters, as the processor writes them
+    for i in (1, 2):
+        d = DlqEntry(occurrence_id=f"{i:032x}", schedule_id=f"s-console-{i}", tenant=A, version=1,
+                     scheduled_for_ms=1_000 * i, available_at_ms=1_000 * i, lane="STRICT", handler="h",
+                     payload=b"", attempts=1, last_error_class="E", last_error_message="no",
+                     dead_at_ms=1_000 * i, reason="permanent")
+        prod.produce(topic_name(stack.settings, "dlq", A), encode(d), d.schedule_id.encode())
+    assert prod.flush(30) == 0
+    _until("the two dead letters indexed", lambda: {f"{1:032x}", f"{2:032x}"} <= _dead(stack, A))
+    every = _dead(stack, A)
+    assert len(every) >= 3
+
+    def page(fragment: str, name: str) -> tuple[set[str], str]:
+        dom = render(f"{base}/console#key={quote(stack.keys[A], safe='')}&{fragment}", ARTEFACTS / name)
+        assert 'data-ready="1"' in dom
+        return _ids(_section(dom, "dlq-view")) & every, dom
+
+    def follow(dom: str, which: str) -> str:
+        found = re.search(rf'<a href="#([^"]+)" id="dlq-{which}"', dom)
+        assert found, f"no {which} link in the DLQ view:\n{_section(dom, 'dlq-view')}"
+        return unescape(found.group(1))
+
+    first, dom1 = page("dlq_limit=1", "console-dlq-page1.png")
+    assert len(first) == 1 and "dlq-prev" not in dom1 and "page 1" in _section(dom1, "dlq-view")
+    second, dom2 = page(follow(dom1, "next"), "console-dlq-page2.png")
+    assert len(second) == 1 and second != first and "page 2" in _section(dom2, "dlq-view")
+    third, dom3 = page(follow(dom2, "next"), "console-dlq-page3.png")
+    assert len(third) == 1 and third.isdisjoint(first | second)
+    back, dom_back = page(follow(dom3, "prev"), "console-dlq-back.png")
+    assert back == second and "page 2" in _section(dom_back, "dlq-view")
+    again, _ = page(follow(dom_back, "prev"), "console-dlq-back2.png")
+    assert again == first
 
 
 def _dead(stack: Api, tenant: str) -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from history_records import T0_MS, Rec, dispatch, event, history, oid, report, schedule, story
+from history_records import T0_MS, Rec, dead_letter, dispatch, event, history, oid, report, schedule, story
 
 from scheduler.history.mapping import Batch, Source, classify, subscription
 from scheduler.history.rows import rank
@@ -36,6 +36,7 @@ def test_classify_names_the_source_and_the_topics_tenant() -> None:
     assert classify("ks", "ks.commands.acme") == (Source.COMMANDS, "acme")
     assert classify("ks", "ks.schedule-history") == (Source.HISTORY, None)
     assert classify("ks", "ks.schedules") == (Source.SCHEDULES, None)
+    assert classify("ks", "ks.dlq.acme") == (Source.DLQ, "acme")
     for other in ("ks.schedules.acme", "ks.results.acme", "ks.dispatch.", "other.dispatch.acme", "ks.state"):
         assert classify("ks", other) is None, other
 
@@ -46,8 +47,9 @@ def test_subscription_regex_matches_exactly_the_tenant_topics() -> None:
     names, regex = subscription("ks")[:2], subscription("ks")[2]
     assert names == ["ks.schedule-history", "ks.schedules"] and regex.startswith("^")
     pat = re.compile(regex)
-    assert all(pat.match(t) for t in ("ks.dispatch.acme", "ks.commands.a-1", "ks.occurrence-events.z"))
-    others = ("ks.results.acme", "ks.dlq.acme", "ksx.dispatch.a", "ks.dispatch.A")
+    assert all(pat.match(t) for t in ("ks.dispatch.acme", "ks.commands.a-1", "ks.occurrence-events.z",
+                                       "ks.dlq.acme"))
+    others = ("ks.results.acme", "ks.dlqx.acme", "ksx.dispatch.a", "ks.dispatch.A")
     assert not any(pat.match(t) for t in others)
 
 
@@ -138,3 +140,25 @@ def test_the_schedule_record_fills_the_versions_columns_and_a_later_state_wins()
     [v] = b.versions.values()
     assert (v.state, v.command) == ("COMPLETED", "CREATE")
     assert (v.created_at_ms, v.applied_at_ms) == (SF - 1000, SF - 1)
+
+
+def test_a_dead_letter_is_located_and_its_latest_death_wins_in_any_order() -> None:
+    first, second = dead_letter(T, "s1", SF, attempts=3), dead_letter(T, "s1", SF, attempts=5)
+    rows = []
+    for order in ([(first, 0, 4), (second, 0, 9)], [(second, 0, 9), (first, 0, 4), (second, 0, 9)]):
+        b = Batch()
+        for value, partition, offset in order:
+            b.add_dlq(T, value, partition, offset)
+        [row] = b.dlq.values()
+        rows.append(row.as_tuple())
+    assert rows[0] == rows[1]
+    assert (rows[0][1], rows[0][6], rows[0][-2:]) == (oid("s1", 1, SF), 5, (0, 9))  # id, attempts, where
+
+
+def test_a_dead_letter_of_another_tenant_or_undecodable_is_skipped() -> None:
+    b = Batch()
+    b.add_dlq(T, dead_letter(T, "s1", SF, record_tenant="other"), 0, 1)
+    b.add_dlq(T, b"garbage", 0, 2)
+    b.add_dlq(T, None, 0, 3)
+    assert not b.dlq and b.records == 3
+    assert b.skipped == {"tenant mismatch": 1, "undecodable dlq": 1, "tombstone": 1}

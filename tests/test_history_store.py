@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from history_backends import HistoryBackend, normalised
-from history_records import T0_MS, Rec, dispatch, event, history, report, schedule, story
+from history_records import T0_MS, Rec, dead_letter, dispatch, event, history, oid, report, schedule, story
 
 from scheduler.history import HistoryConflictError, HistoryStore, open_store
 from scheduler.history.mapping import Batch, Source
@@ -113,6 +113,45 @@ def test_skips_are_counted_with_the_batch_and_reset_empties_everything(store: Hi
     assert store.skipped() == {"undecodable dispatch": 2}
     store.reset()
     assert set(store.counts().values()) == {0} and store.offsets(G) == {}
+
+
+def test_dead_letters_keep_their_latest_death_and_where_it_lies(store: HistoryStore) -> None:
+    """The SQL merge of dlq_entries is rows.merge_dlq's: the later death, whatever the batch order."""
+    def located(*items: tuple[str, int, int, int]) -> Batch:  # (schedule, attempts, partition, offset)
+        b = Batch()
+        for sid, attempts, partition, offset in items:
+            b.add_dlq(T, dead_letter(T, sid, SF, attempts=attempts), partition, offset)
+        return b
+
+    store.apply(G, located(("s1", 5, 1, 9), ("s2", 3, 0, 2)), {("ks.dlq.acme", 0): 3, ("ks.dlq.acme", 1): 10})
+    store.apply(G, located(("s1", 3, 1, 4)), {("ks.dlq.acme", 1): 5})  # the earlier death, read late
+    store.apply(G, located(("s1", 5, 1, 9)), {})  # the same record twice: one row
+    assert store.dlq_location(T, oid("s1", 1, SF)) == (1, 9)
+    assert store.dlq_location(T, oid("s2", 1, SF)) == (0, 2)
+    assert store.dlq_location("other", oid("s1", 1, SF)) is None, "another tenant's id is unknown"
+    assert store.dlq_location(T, "o-none") is None and store.count("dlq_entries") == 2
+    store.apply("other-group", Batch(), {("ks.dlq.acme", 0): 7})
+    assert store.indexed_to("ks.dlq.acme") == {0: 7, 1: 10} and store.indexed_to("ks.dlq.x") == {}
+
+
+def test_the_dlq_pages_one_item_per_dead_occurrence_in_order_of_death(store: HistoryStore) -> None:
+    b = Batch()
+    for i in range(7):  # deaths at SF + i*10, the third one twice (replayed and dead again: later)
+        b.add_dlq(T, dead_letter(T, f"s{i}", SF, dead_at_ms=SF + 10 * i), i % 2, i)
+    b.add_dlq(T, dead_letter(T, "s2", SF, attempts=9, dead_at_ms=SF + 100), 0, 50)
+    b.add_dlq("other", dead_letter("other", "s9", SF), 0, 0)
+    store.apply(G, b, {})
+    seen, cursor = [], None
+    for _ in range(10):
+        page = store.dead_letters(T, cursor=cursor, limit=3)
+        assert len(page.items) <= 3
+        seen += [(d.schedule_id, d.attempts) for d in page.items]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert seen == [("s0", 3), ("s1", 3), ("s3", 3), ("s4", 3), ("s5", 3), ("s6", 3), ("s2", 9)]
+    assert store.dead_letters("nobody").items == ()
+    with pytest.raises(ValueError, match="not a cursor of the dlq listing"):
+        store.dead_letters(T, cursor="0:12")
 
 
 def test_open_store_picks_the_backend_from_the_dsn(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """``/v1/occurrences``, ``/v1/dlq`` and ``/v1/preview``: the history store's occurrence queries, a
-tenant's dead-letter queue (``scheduler/dlq.py``) and the preview of an unsaved spec
-(``ksched preview``'s own rows)."""
+tenant's dead-letter queue (listed from the store, replayed by ``scheduler/dlq.py``) and the
+preview of an unsaved spec (``ksched preview``'s own rows)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 
 from scheduler.api import models as m
-from scheduler.api.deps import Svc, Tenant, answering, not_found, problem_responses, unavailable
+from scheduler.api.deps import Svc, Tenant, answering, problem_responses, unavailable
 from scheduler.api.problems import ApiProblem
 from scheduler.cli import UsageError, render
 from scheduler.cli.instants import iso_utc
-from scheduler.records import DlqEntry
+from scheduler.history.views import DeadLetterView
 
 router = APIRouter(prefix="/v1", tags=["occurrences"])
 _DAY_MS = 86_400_000
@@ -93,17 +93,7 @@ def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenan
         return render.detail_json(svc.router.occurrence(tenant, occurrence_id))
 
 
-def _dlq(svc: Any, tenant: str) -> list[DlqEntry]:
-    from scheduler.dlq import read_dlq
-    from scheduler.principals import as_api
-
-    try:
-        return read_dlq(svc.settings, tenant, timeout_s=10, conn=as_api(svc.settings))
-    except (LookupError, TimeoutError) as exc:
-        raise unavailable(exc) from None
-
-
-def _dlq_json(d: DlqEntry) -> dict[str, Any]:
+def _dlq_json(d: DeadLetterView) -> dict[str, Any]:
     return {
         "occurrence_id": d.occurrence_id,
         "schedule_id": d.schedule_id,
@@ -134,17 +124,12 @@ def dlq(
     cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Any:
-    from scheduler.dlq import read_dlq_page
-    from scheduler.principals import as_api
-
     try:
-        items, nxt = read_dlq_page(svc.settings, tenant, cursor=cursor, limit=limit,
-                                   conn=as_api(svc.settings))
+        with answering():
+            page = svc.router.history.store().dead_letters(tenant, cursor=cursor, limit=limit)
     except ValueError as exc:
-        raise ApiProblem(422, "invalid-request", f"cursor: {exc}", field="cursor") from None
-    except (LookupError, TimeoutError) as exc:
-        raise unavailable(exc) from None
-    return {"items": [_dlq_json(d) for d in items], "next_cursor": nxt}
+        raise ApiProblem(422, "invalid-request", f"{exc}", field="cursor") from None
+    return {"items": [_dlq_json(d) for d in page.items], "next_cursor": page.next_cursor}
 
 
 @router.post(
@@ -160,19 +145,27 @@ def dlq(
                 }
             }
         },
-        **problem_responses(404, 503),
+        **problem_responses(404, 409, 503),
     },
 )
 def replay(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: Tenant, svc: Svc) -> Any:
+    from scheduler.dlq import DlqNotIndexedYet, NotInDlq, find_dead
     from scheduler.dlq import replay as replay_entries
     from scheduler.principals import as_api
 
-    latest = {d.occurrence_id: d for d in _dlq(svc, tenant)}.get(occurrence_id)  # its latest death
-    if latest is None:
-        raise not_found("occurrence_id", occurrence_id)
+    conn = as_api(svc.settings)
     try:
-        [occ] = replay_entries(svc.settings, [latest], int(time.time() * 1000), conn=as_api(svc.settings))
-    except TimeoutError as exc:
+        with answering("occurrence_id", occurrence_id):  # a store never fed: 503
+            store = svc.router.history.store()
+        latest = find_dead(svc.settings, store, tenant, occurrence_id, conn=conn)  # its latest death
+        [occ] = replay_entries(svc.settings, [latest], int(time.time() * 1000), conn=conn)
+    except NotInDlq as exc:
+        raise ApiProblem(404, "not-found", f"{exc}: check the id (GET /v1/dlq lists them)",
+                         field="occurrence_id") from None
+    except DlqNotIndexedYet as exc:
+        raise ApiProblem(409, "conflict", f"{exc}", field="occurrence_id",
+                         headers={"Retry-After": "1"}) from None
+    except (LookupError, TimeoutError) as exc:
         raise unavailable(exc) from None
     return {"occurrence_id": occ.occurrence_id, "schedule_id": occ.schedule_id, "attempt": occ.attempt}
 

@@ -16,7 +16,8 @@ def register(sub: Any) -> None:
     ls.add_argument("--tenant", required=True)
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     ls.set_defaults(handler=_list)
-    rp = s.add_parser("replay", help="dispatch dead occurrences again (same occurrence id)")
+    rp = s.add_parser("replay", help="dispatch dead occurrences again (same occurrence id); --occurrence "
+                      "finds each through the history store (`ksched history` must be indexing)")
     rp.add_argument("--tenant", required=True)
     g = rp.add_mutually_exclusive_group(required=True)
     g.add_argument("--occurrence", action="append", metavar="OID", help="an occurrence id (repeatable)")
@@ -50,20 +51,35 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from scheduler.cli import UsageError
     from scheduler.dlq import replay
     from scheduler.settings import load_settings
 
-    entries = _entries(args)
-    if not args.all:
-        wanted = set(args.occurrence)
-        latest = {d.occurrence_id: d for d in entries if d.occurrence_id in wanted}
-        missing = sorted(wanted - set(latest))
-        if missing:
-            raise UsageError(f"not in the DLQ of tenant {args.tenant}: {', '.join(missing)}")
-        entries = list(latest.values())
+    if args.all:
+        entries = list({d.occurrence_id: d for d in _entries(args)}.values())  # the latest death of each
     else:
-        entries = list({d.occurrence_id: d for d in entries}.values())  # the latest death of each
+        entries = _found(args, load_settings())
     for occ in replay(load_settings(), entries, int(time.time() * 1000)):
         print(f"replayed {occ.occurrence_id} (schedule {occ.schedule_id}) as attempt {occ.attempt}")
     return 0
+
+
+def _found(args: argparse.Namespace, settings: Any) -> list[Any]:
+    """Each ``--occurrence``'s latest entry, found through the history store (one record read
+    each, not the whole topic)."""
+    from scheduler.cli import UsageError
+    from scheduler.client.errors import HistoryUnavailable
+    from scheduler.client.queries import HistoryReader
+    from scheduler.dlq import DlqNotIndexedYet, NotInDlq, find_dead
+
+    reader = HistoryReader(settings)
+    try:
+        store = reader.store()
+        return [find_dead(settings, store, args.tenant, oid) for oid in dict.fromkeys(args.occurrence)]
+    except HistoryUnavailable as exc:
+        raise UsageError(f"{exc} (--all reads the DLQ topic itself)") from None
+    except (NotInDlq, DlqNotIndexedYet) as exc:
+        raise UsageError(f"{exc}") from None
+    except LookupError as exc:
+        raise UsageError(f"{exc} (is {args.tenant!r} a registered tenant?)") from None
+    finally:
+        reader.close()

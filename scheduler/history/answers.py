@@ -12,7 +12,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from scheduler.history.views import AttemptView, ChangeView, NextFire, OccurrenceView, Page, VersionView
+from scheduler.history.views import (
+    AttemptView,
+    ChangeView,
+    DeadLetterView,
+    NextFire,
+    OccurrenceView,
+    Page,
+    VersionView,
+)
 from scheduler.records import Schedule, ScheduleSpecRecord
 from scheduler.vocabulary import ScheduleState
 
@@ -73,6 +81,15 @@ def occurrence(row: Row) -> OccurrenceView:
         occurrence_id=oid, schedule_id=sid, version=int(version), scheduled_for_ms=int(sf),
         available_at_ms=avail, enqueued_at_ms=enq, state=state, state_at_ms=int(state_at),
         attempt_count=int(attempts), reason=reason,
+    )
+
+
+def dead_letter(row: Row) -> DeadLetterView:
+    oid, sid, version, sf, handler, attempts, err_class, err_msg, dead_at, reason = row
+    return DeadLetterView(
+        occurrence_id=oid, schedule_id=sid, version=int(version), scheduled_for_ms=int(sf), handler=handler,
+        attempts=int(attempts), last_error_class=err_class, last_error_message=err_msg,
+        dead_at_ms=int(dead_at), reason=reason,
     )
 
 

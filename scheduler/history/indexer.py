@@ -2,7 +2,7 @@
 
 One consumer in the group ``<namespace>.history`` (many indexers may run: the group splits the
 partitions), subscribed to ``<ns>.schedule-history``, ``<ns>.schedules`` and the regex of every
-tenant's dispatch, occurrence-events and commands topics, so a new tenant's topics are picked up
+tenant's dispatch, occurrence-events, commands and dlq topics, so a new tenant's topics are picked up
 live (librdkafka re-matches the regex at each metadata refresh, every
 ``topic.metadata.refresh.interval.ms``, 5 s here). ``read_committed``; cooperative rebalancing,
 so a new tenant's partitions do not stop the others. Fetches take at most 64 KiB per partition, so
@@ -168,7 +168,11 @@ class Indexer:
             if src is ...:
                 src = sources[topic] = classify(self.settings.namespace, topic)
             offsets[(topic, m.partition() or 0)] = (m.offset() or 0) + 1
-            if src is not None:
+            if src is None:
+                continue
+            if src[0] is Source.DLQ:
+                batch.add_dlq(src[1] or "", m.value(), m.partition() or 0, m.offset() or 0)
+            else:
                 add(src[0], src[1], m.value(), m.timestamp()[1])
         return batch, offsets
 
@@ -185,7 +189,8 @@ class Indexer:
         m.batches.inc()
         m.last_commit.set_to_current_time()
         for table, rows in (("occurrences", batch.occurrences), ("attempts", batch.attempts),
-                            ("schedules", batch.versions), ("schedule_changes", batch.changes)):
+                            ("schedules", batch.versions), ("schedule_changes", batch.changes),
+                            ("dlq_entries", batch.dlq)):
             m.rows.labels(table=table).inc(len(rows))
         for reason, n in batch.skipped.items():
             self.stats.skipped[reason] = self.stats.skipped.get(reason, 0) + n

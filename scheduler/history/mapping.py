@@ -15,6 +15,8 @@ commands.<t>       AttemptReport               attempt row; occurrence: RUNNING 
                    ScheduleCommand             nothing (the accepted change is in history)
 schedule-history   ScheduleHistoryEntry        schedules: the version, its command and spec
 schedules          Schedule                    schedules: the version's full spec and times
+dlq.<t>            DlqEntry                    dlq_entries: the latest death's partition and
+                                               offset, and the columns the DLQ list shows
 =================  ==========================  =============================================
 
 A record is skipped and counted in :attr:`Batch.skipped` (never raised) when it cannot be
@@ -40,15 +42,18 @@ from scheduler.history.readers import dispatch_fields, event_fields
 from scheduler.history.rows import (
     AttemptRow,
     ChangeRow,
+    DlqRow,
     OccurrenceRow,
     VersionRow,
     merge_attempt,
+    merge_dlq,
     merge_occurrence,
     merge_version,
     rank,
 )
 from scheduler.records import (
     AttemptReport,
+    DlqEntry,
     RecordDecodeError,
     Schedule,
     ScheduleCommand,
@@ -69,9 +74,10 @@ class Source(enum.Enum):
     COMMANDS = "commands"
     HISTORY = "schedule-history"
     SCHEDULES = "schedules"
+    DLQ = "dlq"
 
 
-_TENANT_SOURCES = (Source.DISPATCH, Source.EVENTS, Source.COMMANDS)
+_TENANT_SOURCES = (Source.DISPATCH, Source.EVENTS, Source.COMMANDS, Source.DLQ)
 
 
 def classify(namespace: str, topic: str) -> tuple[Source, str | None] | None:
@@ -97,7 +103,7 @@ def subscription(namespace: str) -> list[str]:
     return [
         f"{namespace}.schedule-history",
         f"{namespace}.schedules",
-        rf"^{ns}\.(dispatch|occurrence-events|commands)\.[a-z][a-z0-9-]*$",
+        rf"^{ns}\.(dispatch|occurrence-events|commands|dlq)\.[a-z][a-z0-9-]*$",
     ]
 
 
@@ -109,6 +115,7 @@ class Batch:
     attempts: dict[tuple[str, int, str], AttemptRow] = field(default_factory=dict)
     versions: dict[tuple[str, int], VersionRow] = field(default_factory=dict)
     changes: dict[tuple[str, str], ChangeRow] = field(default_factory=dict)
+    dlq: dict[tuple[str, str], DlqRow] = field(default_factory=dict)
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
@@ -130,6 +137,29 @@ class Batch:
             self._note(f"{problem} record: {exc}")
         if problem is not None:
             self.skipped[problem] += 1
+
+    def add_dlq(self, tenant: str, value: bytes | None, partition: int, offset: int) -> None:
+        """Map one record of ``<ns>.dlq.<tenant>`` at ``partition``/``offset`` (a DLQ row needs
+        where it lies, which no other source does); never raises, like :meth:`add`."""
+        self.records += 1
+        if value is None:
+            self.skipped["tombstone"] += 1
+            return
+        try:
+            d = decode(value, DlqEntry)
+        except (RecordDecodeError, ValueError, TypeError, KeyError, IndexError) as exc:
+            self.skipped["undecodable dlq"] += 1
+            self._note(f"undecodable dlq record: {exc}")
+            return
+        if d.tenant != tenant:
+            self.skipped["tenant mismatch"] += 1
+            return
+        row = DlqRow(
+            tenant, d.occurrence_id, d.schedule_id, d.version, d.scheduled_for_ms, d.handler, d.attempts,
+            d.last_error_class, d.last_error_message, d.dead_at_ms, d.reason, partition, offset,
+        )
+        old = self.dlq.get((tenant, d.occurrence_id))
+        self.dlq[(tenant, d.occurrence_id)] = row if old is None else merge_dlq(old, row)
 
     def put_occurrence(self, row: OccurrenceRow) -> None:
         old = self.occurrences.get(row.occurrence_id)

@@ -54,6 +54,7 @@ _VER = sql.upsert_versions(_D)
 _UNTIL = sql.effective_until(_D, "schedule_id = ANY(%s)")
 _OFF = sql.upsert_offset(_D)
 _CHG = sql.insert_changes(_D)
+_DLQ = sql.upsert_dlq(_D)
 _SKIP = sql.add_skipped(_D)
 # A batch's rows and its offsets commit together, so a commit lost to a server crash loses both:
 # the indexer reads those records again from the older offsets. Waiting for the WAL flush buys
@@ -159,6 +160,8 @@ class PostgresHistoryStore(HistoryStore):
                     cur.execute(_UNTIL, (sorted({k[0] for k in batch.versions}),))  # type: ignore[arg-type]
                 if batch.changes:
                     cur.executemany(_CHG, [batch.changes[k].as_tuple() for k in sorted(batch.changes)])  # type: ignore[arg-type]
+                if batch.dlq:
+                    cur.executemany(_DLQ, [batch.dlq[k].as_tuple() for k in sorted(batch.dlq)])  # type: ignore[arg-type]
                 if batch.skipped:
                     cur.executemany(_SKIP, sorted(batch.skipped.items()))  # type: ignore[arg-type]
                 cur.executemany(_OFF, [(group, t, p, n) for (t, p), n in sorted(offsets.items())])  # type: ignore[arg-type]

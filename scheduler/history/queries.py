@@ -22,7 +22,14 @@ from collections.abc import Sequence
 
 from scheduler.history import answers
 from scheduler.history.sql import POSTGRES, Dialect
-from scheduler.history.views import ChangeView, OccurrenceDetail, OccurrenceView, Page, VersionView
+from scheduler.history.views import (
+    ChangeView,
+    DeadLetterView,
+    OccurrenceDetail,
+    OccurrenceView,
+    Page,
+    VersionView,
+)
 from scheduler.records import Schedule
 
 MAX_LIMIT = 1000
@@ -32,6 +39,8 @@ _OCC_COLS = ("occurrence_id, schedule_id, version, scheduled_for_ms, available_a
              " state, state_at_ms, attempt_count, reason")
 _ATT_COLS = ("attempt_no, token, worker_id, started_at_ms, last_heartbeat_ms, finished_at_ms, result,"
              " retryable, error_class, error_message")
+_DLQ_COLS = ("occurrence_id, schedule_id, version, scheduled_for_ms, handler, attempts, last_error_class,"
+             " last_error_message, dead_at_ms, reason")
 _CHG_COLS = "version, command, state, request_id, applied_at_ms, effective_from_ms"
 _LAST_CHANGE = (" FROM schedule_changes ch WHERE ch.schedule_id = {a}.schedule_id"
                 " AND ch.version = {a}.version"
@@ -239,6 +248,45 @@ class StoreQueries:
             [tenant, schedule_id, check_limit(n)],
         )
         return tuple(answers.occurrence(r) for r in rows)
+
+    def dead_letters(self, tenant: str, *, cursor: str | None = None,
+                     limit: int = DEFAULT_LIMIT) -> Page[DeadLetterView]:
+        """One page of ``tenant``'s DLQ, one item per dead occurrence (its latest death), in order
+        of death then id (the index ``dlq_entries_death``)."""
+        m = self.dialect.mark
+        after = answers.decode_cursor(cursor, "dlq")
+        where = f"tenant = {m}"
+        params: list[object] = [tenant]
+        if after is not None:
+            where += f" AND (dead_at_ms > {m} OR (dead_at_ms = {m} AND occurrence_id > {m}))"
+            params += [after[0], after[0], after[1]]
+        rows = self.select(
+            f"SELECT {_DLQ_COLS} FROM dlq_entries WHERE {where} ORDER BY dead_at_ms, occurrence_id LIMIT {m}",
+            [*params, check_limit(limit) + 1],
+        )
+        views = [answers.dead_letter(r) for r in rows]
+        return answers.page(views, limit,
+                            lambda d: answers.encode_cursor("dlq", d.dead_at_ms, d.occurrence_id))
+
+    def dlq_location(self, tenant: str, occurrence_id: str) -> tuple[int, int] | None:
+        """``(partition, offset)`` of the latest dead-letter record of ``tenant``'s
+        ``occurrence_id`` in its DLQ topic, or None when the store holds none (yet)."""
+        m = self.dialect.mark
+        rows = self.select(
+            f"SELECT dlq_partition, dlq_offset FROM dlq_entries WHERE tenant = {m} AND occurrence_id = {m}",
+            [tenant, occurrence_id],
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None  # type: ignore[call-overload]
+
+    def indexed_to(self, topic: str) -> dict[int, int]:
+        """partition -> the next offset of ``topic`` some indexer group of this store has stored
+        (the furthest of them): every record before it is in the store."""
+        m = self.dialect.mark
+        rows = self.select(
+            f"SELECT partition, max(next_offset) FROM consumer_offsets WHERE topic = {m} GROUP BY partition",
+            [topic],
+        )
+        return {int(p): int(n) for p, n in rows}  # type: ignore[call-overload]
 
     def indexed(self, namespace: str) -> bool:
         """Whether an indexer has stored offsets of ``namespace``'s topics here (has fed this store)."""

@@ -260,3 +260,47 @@ class ChangeRow:
 
 CHANGE_COLUMNS = ("schedule_id", "request_id", "tenant", "version", "command", "state", "applied_at_ms",
                   "effective_from_ms", "recorded_at_ms")
+
+
+@dataclass(slots=True)
+class DlqRow:
+    """``dlq_entries``: where the latest death of an occurrence lies in ``ksched.dlq.<tenant>``
+    (``dlq_partition``, ``dlq_offset``) with the columns ``GET /v1/dlq`` lists, keyed (tenant,
+    occurrence_id). A replay reads the one record there instead of the whole topic. An occurrence
+    replayed and dead again has a later record: the greatest ``(dead_at_ms, dlq_partition,
+    dlq_offset)`` wins (commutative, like every merge here)."""
+
+    tenant: str
+    occurrence_id: str
+    schedule_id: str
+    version: int
+    scheduled_for_ms: int
+    handler: str
+    attempts: int
+    last_error_class: str | None
+    last_error_message: str | None
+    dead_at_ms: int
+    reason: str | None
+    dlq_partition: int
+    dlq_offset: int
+
+    def as_tuple(self) -> tuple[object, ...]:
+        return (
+            self.tenant, self.occurrence_id, self.schedule_id, self.version, self.scheduled_for_ms,
+            self.handler, self.attempts, self.last_error_class, self.last_error_message,
+            self.dead_at_ms, self.reason, self.dlq_partition, self.dlq_offset,
+        )
+
+    def order(self) -> tuple[int, int, int]:
+        return (self.dead_at_ms, self.dlq_partition, self.dlq_offset)
+
+
+DLQ_COLUMNS = (
+    "tenant", "occurrence_id", "schedule_id", "version", "scheduled_for_ms", "handler", "attempts",
+    "last_error_class", "last_error_message", "dead_at_ms", "reason", "dlq_partition", "dlq_offset",
+)
+
+
+def merge_dlq(old: DlqRow, new: DlqRow) -> DlqRow:
+    """The later death of the two (same key)."""
+    return new if new.order() > old.order() else old

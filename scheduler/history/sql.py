@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from scheduler.history.rows import (
     ATTEMPT_COLUMNS,
     CHANGE_COLUMNS,
+    DLQ_COLUMNS,
     OCCURRENCE_COLUMNS,
     VERSION_COALESCED,
     VERSION_COLUMNS,
 )
 
 #: Every table of the store, in the order ``reset`` empties them.
-TABLES = ("occurrences", "attempts", "schedules", "consumer_offsets", "history_skipped", "schedule_changes")
+TABLES = ("occurrences", "attempts", "schedules", "consumer_offsets", "history_skipped", "schedule_changes",
+          "dlq_entries")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,13 @@ def ddl(d: Dialect) -> list[str]:
         f" command {t} NOT NULL, state {t} NOT NULL, applied_at_ms {b} NOT NULL,"
         f" effective_from_ms {b} NOT NULL, recorded_at_ms {b} NOT NULL,"
         " PRIMARY KEY (schedule_id, request_id))",
+        # issue 13: a DLQ replay reads one offset of ksched.dlq.<tenant>, found here, not the topic
+        "CREATE TABLE IF NOT EXISTS dlq_entries ("
+        f" tenant {t} NOT NULL, occurrence_id {t} NOT NULL, schedule_id {t} NOT NULL, version {b} NOT NULL,"
+        f" scheduled_for_ms {b} NOT NULL, handler {t} NOT NULL, attempts {b} NOT NULL,"
+        f" last_error_class {t}, last_error_message {t}, dead_at_ms {b} NOT NULL, reason {t},"
+        f" dlq_partition {b} NOT NULL, dlq_offset {b} NOT NULL, PRIMARY KEY (tenant, occurrence_id))",
+        "CREATE INDEX IF NOT EXISTS dlq_entries_death ON dlq_entries (tenant, dead_at_ms, occurrence_id)",
     ]
 
 
@@ -146,6 +155,15 @@ def insert_changes(d: Dialect) -> str:
     """A change is immutable: the same history entry read twice is one row."""
     insert = _insert("schedule_changes", CHANGE_COLUMNS, d, None)
     return f"{insert} ON CONFLICT (schedule_id, request_id) DO NOTHING"
+
+
+def upsert_dlq(d: Dialect) -> str:
+    """The later death wins (``rows.merge_dlq``): every column of it, taken together."""
+    q, x = "dlq_entries", "excluded"
+    later = (f"({x}.dead_at_ms, {x}.dlq_partition, {x}.dlq_offset)"
+             f" > ({q}.dead_at_ms, {q}.dlq_partition, {q}.dlq_offset)")
+    taken = ", ".join(f"{c} = CASE WHEN {later} THEN {x}.{c} ELSE {q}.{c} END" for c in DLQ_COLUMNS[2:])
+    return f"{_insert(q, DLQ_COLUMNS, d, None)} ON CONFLICT (tenant, occurrence_id) DO UPDATE SET {taken}"
 
 
 def effective_until(d: Dialect, where: str) -> str:

@@ -34,6 +34,7 @@ _OFF = sql.upsert_offset(_D)
 _SKIP = sql.add_skipped(_D)
 _UNTIL_ONE = sql.effective_until(_D, "schedule_id = ?")
 _CHG = sql.insert_changes(_D)
+_DLQ = sql.upsert_dlq(_D)
 
 
 class SQLiteHistoryStore(HistoryStore):
@@ -81,6 +82,8 @@ class SQLiteHistoryStore(HistoryStore):
                 c.executemany(_UNTIL_ONE, [(sid,) for sid in {k[0] for k in batch.versions}])
             if batch.changes:
                 c.executemany(_CHG, [r.as_tuple() for r in batch.changes.values()])
+            if batch.dlq:
+                c.executemany(_DLQ, [r.as_tuple() for r in batch.dlq.values()])
             if batch.skipped:
                 c.executemany(_SKIP, list(batch.skipped.items()))
             c.executemany(_OFF, [(group, t, p, n) for (t, p), n in offsets.items()])

@@ -117,6 +117,22 @@ class ScheduleDescription:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DeadLetterView:
+    """An occurrence in its tenant's DLQ, as its latest death left it (``dlq_entries``)."""
+
+    occurrence_id: str
+    schedule_id: str
+    version: int
+    scheduled_for_ms: int
+    handler: str
+    attempts: int
+    last_error_class: str | None
+    last_error_message: str | None
+    dead_at_ms: int
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Page(Generic[T]):
     """One page of a listing; pass ``next_cursor`` as ``cursor`` for the next (None: last page)."""
 

@@ -2,8 +2,8 @@
 // Every value from the API is written with textContent / attributes, never parsed as HTML.
 // The key comes from the form or once from the URL fragment (#key=...: a fragment is never sent
 // to a server), is kept in this tab's sessionStorage, and the fragment is then rewritten without it.
-// The rest of the fragment is the view: schedule, occurrence, and the list's state, handler, limit
-// and cursor; every link and the filter form only change it, and a change of it re-renders.
+// The rest of the fragment is the view: schedule, occurrence, the list's state, handler, limit
+// and cursor, and the DLQ's page size and trail of cursors (dlq_limit, dlq); every link and the filter form only change it, and a change of it re-renders.
 "use strict";
 
 const KEY = "ksched.console.key";
@@ -131,6 +131,7 @@ function fillFilters() {
   document.getElementById("f-state").value = p.get("state") || "";
   document.getElementById("f-handler").value = p.get("handler") || "";
   document.getElementById("f-limit").value = p.get("limit") || "20";
+  document.getElementById("dlq-limit").value = p.get("dlq_limit") || "20";
 }
 
 function occurrenceRows(items) {
@@ -185,17 +186,40 @@ function loadOccurrence(oid) {
   });
 }
 
+// The DLQ's cursors only go forward, so the fragment's "dlq" holds the trail of cursors that led to
+// the page shown ("|"-separated, none on the first page): "Previous page" drops the last of them.
+function dlqTrail() {
+  const trail = params().get("dlq");
+  return trail ? trail.split("|") : [];
+}
+
+function dlqView() {
+  const p = params();
+  return (p.get("dlq") || "") + "/" + (p.get("dlq_limit") || "20");
+}
+
+let shownDlq = null;
+
 function loadDlq() {
+  shownDlq = dlqView();
   return guarded("dlq-view", async () => {
-    const d = await api("/v1/dlq");
+    const trail = dlqTrail();
+    const q = new URLSearchParams({ limit: params().get("dlq_limit") || "20" });
+    if (trail.length) q.set("cursor", trail[trail.length - 1]);
+    const d = await api("/v1/dlq?" + q);
     const rows = d.items.map((x) => [
       link({ schedule: x.schedule_id, occurrence: x.occurrence_id }, x.occurrence_id),
       x.schedule_id, x.handler, x.scheduled_for, x.dead_at, x.attempts, x.reason, x.last_error_class, x.last_error_message,
     ]);
+    const pages = [];
+    if (trail.length) pages.push(link({ dlq: trail.slice(0, -1).join("|") }, "Previous page", "dlq-prev"), " ");
+    if (d.next_cursor) pages.push(link({ dlq: [...trail, d.next_cursor].join("|") }, "Next page", "dlq-next"), " ");
+    if (pages.length) pages.push(el("span", { class: "muted", id: "dlq-page" }, "page " + (trail.length + 1)));
     show(
       "dlq-view",
       rows.length ? table(["occurrence", "schedule", "handler", "scheduled_for", "dead_at", "attempts", "reason", "error", "message"], rows, "dlq")
-        : el("p", { class: "muted" }, "No dead letters."),
+        : el("p", { class: "muted" }, trail.length ? "No more dead letters." : "No dead letters."),
+      el("p", {}, ...pages),
     );
   });
 }
@@ -247,9 +271,14 @@ document.addEventListener("DOMContentLoaded", () => {
       cursor: null,
     });
   });
+  document.getElementById("dlq-filters").addEventListener("submit", (e) => {
+    e.preventDefault();
+    location.hash = hrefWith({ dlq_limit: document.getElementById("dlq-limit").value, dlq: null });
+  });
   window.addEventListener("hashchange", () => {
     fillFilters();
-    Promise.all([loadSchedules(), loadSelection()]);
+    // a DLQ page is a read of the topic: only when its own part of the fragment changed
+    Promise.all([loadSchedules(), loadSelection(), shownDlq === dlqView() ? null : loadDlq()]);
   });
   loadAll();
 });
