@@ -104,3 +104,14 @@ def _called(fn: Any, value: bytes) -> object:
         return fn(value)
     except (IndexError, ValueError) as exc:  # UnicodeDecodeError included
         return type(exc)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(occ=record_strategy(Occurrence))
+def test_compiled_dispatch_writers_equal_their_source(occ: Occurrence) -> None:
+    pure, compiled = importlib.import_module(FAST), native.load(FAST)
+    head = (b"H", occ.occurrence_id, occ.schedule_id, occ.tenant, occ.version, occ.scheduled_for_ms,
+            occ.available_at_ms)
+    assert compiled.occurrence_head(*head) == pure.occurrence_head(*head)
+    tail = (occ.attempt, 2, occ.handler, occ.payload, occ.deadline_ms)
+    assert compiled.occurrence_tail(*tail) == pure.occurrence_tail(*tail)

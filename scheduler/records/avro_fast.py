@@ -307,3 +307,40 @@ def event_value(
         b"\x00" if reason is None else b"\x02" + avro_string(reason),
         avro_long(at_ms),
     ))
+
+
+def occurrence_head(
+    header: bytes,
+    occurrence_id: str,
+    schedule_id: str,
+    tenant: str,
+    version: int,
+    scheduled_for_ms: int,
+    available_at_ms: int,
+) -> bytes:
+    """An ``Occurrence`` (dispatch) record up to ``enqueued_at_ms``: ``header`` then its first six
+    fields (:mod:`scheduler.records.dispatch`)."""
+    return b"".join((
+        header,
+        avro_string(occurrence_id),
+        avro_string(schedule_id),
+        avro_string(tenant),
+        avro_long(version),
+        avro_long(scheduled_for_ms),
+        avro_long(available_at_ms),
+    ))
+
+
+def occurrence_tail(
+    attempt: int, lane_index: int, handler: str, payload: bytes, deadline_ms: int | None
+) -> bytes:
+    """An ``Occurrence`` record after ``enqueued_at_ms`` (``lane_index``: the lane's position
+    among the enum's symbols)."""
+    return b"".join((
+        avro_long(attempt),
+        avro_long(lane_index),
+        avro_string(handler),
+        avro_long(len(payload)),
+        payload,
+        b"\x00" if deadline_ms is None else b"\x02" + avro_long(deadline_ms),
+    ))

@@ -25,7 +25,10 @@ from scheduler.native import load
 from scheduler.records.codec import current_schema
 from scheduler.records.types import Occurrence
 
-avro_long: Callable[[int], bytes] = load("scheduler.records.avro_fast").avro_long  # compiled when built
+_fast = load("scheduler.records.avro_fast")  # compiled when built
+avro_long: Callable[[int], bytes] = _fast.avro_long
+_head: Callable[[bytes, str, str, str, int, int, int], bytes] = _fast.occurrence_head
+_tail: Callable[[int, int, str, bytes, int | None], bytes] = _fast.occurrence_tail
 _FIELDS = (
     "occurrence_id",
     "schedule_id",
@@ -47,6 +50,7 @@ if _actual != _FIELDS:  # pragma: no cover - guards a schema edit that forgot th
 _LANES: tuple[str, ...] = tuple(
     next(f["type"]["symbols"] for f in _SCHEMA.expanded["fields"] if f["name"] == "lane")
 )
+_LANE_INDEX = {lane: i for i, lane in enumerate(_LANES)}
 _HEADER = _SCHEMA.header
 
 __all__ = ["avro_bytes", "avro_long", "dispatch_head", "dispatch_tail", "dispatch_value"]
@@ -67,26 +71,10 @@ def dispatch_head(
 ) -> bytes:
     """Everything of the record before ``enqueued_at_ms``, ``header`` included: the single-object
     one by default, or a Confluent one (:class:`scheduler.records.framer.Framer`)."""
-    o = occurrence_id.encode()
-    s = schedule_id.encode()
-    t = tenant.encode()
-    return b"".join(
-        (
-            header,
-            avro_long(len(o)),
-            o,
-            avro_long(len(s)),
-            s,
-            avro_long(len(t)),
-            t,
-            avro_long(version),
-            avro_long(scheduled_for_ms),
-            avro_long(available_at_ms),
-        )
-    )
+    return _head(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms, available_at_ms)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # schedules sharing a handler and payload share their tail
 def dispatch_tail(attempt: int, lane: str, handler: str, payload: bytes, deadline_ms: int | None) -> bytes:
     """Everything after ``enqueued_at_ms``; shared by the occurrences of one schedule version.
 
@@ -94,11 +82,7 @@ def dispatch_tail(attempt: int, lane: str, handler: str, payload: bytes, deadlin
     """
     if not 1 <= attempt <= 2_147_483_647:
         raise ValueError(f"field attempt: {attempt!r} must be 1..2147483647")
-    h = handler.encode()
-    deadline = b"\x00" if deadline_ms is None else b"\x02" + avro_long(deadline_ms)
-    return b"".join(
-        (avro_long(attempt), avro_long(_LANES.index(lane)), avro_bytes(h), avro_bytes(payload), deadline)
-    )
+    return _tail(attempt, _LANE_INDEX[lane], handler, payload, deadline_ms)
 
 
 def dispatch_value(head: bytes, enqueued_at_ms: int, tail: bytes) -> bytes:
