@@ -156,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         report,
         start_processor,
         topic_bytes,
+        wait_restored,
     )
     from scheduler.bench.workers_load import TENANT, dispatch_lags, load, pct
     from scheduler.kafka.clients import consumer
@@ -187,7 +188,8 @@ def _run(args: argparse.Namespace) -> int:
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
     group = consumer(settings.kafka(), f"{settings.namespace}.processor")
     sampler = _Sampler(settings, t_commands, group)
-    proc = start_processor(env, free_port())
+    metrics_port = free_port()
+    proc = start_processor(env, metrics_port)
     # Started before the load in every mode: their start-up is not per occurrence, and with --drain
     # they are stopped (SIGSTOP) over the burst's emission, then continued.
     workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
@@ -199,7 +201,8 @@ def _run(args: argparse.Namespace) -> int:
     proc_cpu_before = 0.0
     bytes_before: dict[str, int] = {}
     try:
-        time.sleep(3)
+        if wait_restored(metrics_port, settings.partitions, 120) is None:
+            raise SystemExit("the processor did not restore its shards in 120 s")
         bursts = [(n, 0.0)] + ([(n2, args.second_burst)] if n2 else [])
         loaded = load(settings, bursts, calibration=min(5000, max(500, total // 20)))
         due = loaded.due

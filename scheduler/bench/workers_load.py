@@ -46,18 +46,24 @@ def _produce_creates(prod: Any, topic: str, count: int, at_epoch: int) -> None:
         produce_waiting(prod, topic, encode(cmd), sid.encode())
 
 
-def _wait_results(results: Any, count: int, timeout_s: float) -> int:
-    """Read ``count`` command results (or until ``timeout_s``); returns how many were read."""
+def _wait_results(results: Any, count: int, timeout_s: float) -> tuple[int, float]:
+    """Read ``count`` command results (or until ``timeout_s``); returns how many were read and
+    when (monotonic) the first of them was."""
     seen = 0
+    first = 0.0
     deadline = time.monotonic() + timeout_s
     while seen < count and time.monotonic() < deadline:
-        seen += sum(1 for m in results.consume(10_000, 0.5) if m.error() is None)
-    return seen
+        got = sum(1 for m in results.consume(10_000, 0.2) if m.error() is None)
+        if got and not seen:
+            first = time.monotonic()
+        seen += got
+    return seen, first
 
 
 def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int) -> Load:
     """Create the schedules of ``bursts`` ((count, seconds after the first instant) each) and wait
-    until the processor has applied them all; the first instant follows the measured apply rate."""
+    until the processor (restored: see :func:`wait_restored`) has applied them all; the first
+    instant follows the measured apply rate."""
     from confluent_kafka import TopicPartition
 
     from scheduler.kafka.clients import consumer, producer
@@ -71,12 +77,13 @@ def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int) -
     results.assign([TopicPartition(t_results, p, 0) for p in range(settings.partitions)])
     prod = producer(settings.kafka())
     try:
-        t = time.monotonic()
         _produce_creates(prod, t_commands, calibration, int(time.time()) + 86_400)
         prod.flush(60)
-        if _wait_results(results, calibration, 120) < calibration:
+        seen, first = _wait_results(results, calibration, 120)
+        if seen < calibration:
             raise SystemExit(f"calibration: the processor did not apply {calibration:,} creates in 120 s")
-        rate = calibration / (time.monotonic() - t)
+        # From the first result: the processor's apply rate, not its start or the producer's flush.
+        rate = calibration / max(0.1, time.monotonic() - first)
         due = int(time.time() + SAFETY * total / rate + MARGIN_S) + 1
         print(f"calibration: {calibration:,} creates applied at {rate:,.0f}/s; "
               f"{total:,} schedules due from {time.strftime('%H:%M:%S', time.gmtime(due))}Z")
@@ -84,7 +91,7 @@ def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int) -
         for count, after_s in bursts:
             _produce_creates(prod, t_commands, count, due + int(after_s))
         prod.flush(300)
-        seen = _wait_results(results, total, max(600.0, total / 100))
+        seen, _ = _wait_results(results, total, max(600.0, total / 100))
         load_s = time.monotonic() - t
         ahead = due - time.time()
     finally:
