@@ -204,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
         if wait_restored(metrics_port, settings.partitions, 120) is None:
             raise SystemExit("the processor did not restore its shards in 120 s")
         bursts = [(n, 0.0)] + ([(n2, args.second_burst)] if n2 else [])
-        loaded = load(settings, bursts, calibration=min(5000, max(500, total // 20)))
+        loaded = load(settings, bursts, calibration=min(20_000, max(500, total // 10)))
         due = loaded.due
         second_ms = (due + int(args.second_burst or 0)) * 1000
         t0 = time.monotonic() + due - time.time()  # the due instant, on the monotonic clock
