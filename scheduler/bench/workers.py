@@ -190,8 +190,10 @@ def _run(args: argparse.Namespace) -> int:
     sampler = _Sampler(settings, t_commands, group)
     metrics_port = free_port()
     proc = start_processor(env, metrics_port)
-    # Started before the load in every mode: their start-up is not per occurrence, and with --drain
-    # they are stopped (SIGSTOP) over the burst's emission, then continued.
+    # Started before the load in every mode: their start-up is not per occurrence. With --drain
+    # they only measure it: stopped before the instant, fresh ones start once the burst is on the
+    # dispatch topic (SIGSTOP instead let their 10 s group session expire over a longer emission:
+    # a rejoin in the measured span).
     workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
     killed = False
     e2e: dict[str, float] = {}
@@ -212,16 +214,17 @@ def _run(args: argparse.Namespace) -> int:
         sampler.sample(workers, 0, force=True)  # idle workers: the CPU baseline
         cpu_before = sum(sampler.cpu.values())
         if args.drain:
-            for w in workers:
-                w.send_signal(signal.SIGSTOP)
+            startup_cpu = cpu_before / len(workers)  # an idle worker's start-up, in this run
+            stop_all(workers)
+            sampler.cpu.clear()
             _wait_dispatched(settings, total)
-            print(f"{total:,} occurrences on the dispatch topic: continuing {args.processes} workers")
+            print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
             # With --drain the processor has emitted every occurrence by now: from here on its
             # CPU and the commands topic's growth are the reports' cost.
             proc_cpu_before = cpu_seconds([proc.pid])
             bytes_before = topic_bytes(settings)
-            for w in workers:
-                w.send_signal(signal.SIGCONT)
+            workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
+            cpu_before = startup_cpu * len(workers)
         deadline = time.monotonic() + max(120.0, due - time.time() + (args.second_burst or 0) + total / 100)
         while len(e2e) + len(e2e_second) < total and time.monotonic() < deadline:
             for m in reports.consume(5000, 0.5):
