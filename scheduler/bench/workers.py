@@ -190,11 +190,14 @@ def _run(args: argparse.Namespace) -> int:
     sampler = _Sampler(settings, t_commands, group)
     metrics_port = free_port()
     proc = start_processor(env, metrics_port)
-    # Started before the load in every mode: their start-up is not per occurrence. With --drain
-    # they only measure it: stopped before the instant, fresh ones start once the burst is on the
-    # dispatch topic (SIGSTOP instead let their 10 s group session expire over a longer emission:
-    # a rejoin in the measured span).
-    workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
+    # Started before the load: their start-up is not per occurrence. With --drain, fresh ones start
+    # once the burst is on the dispatch topic (SIGSTOPped ones let their 10 s group session expire
+    # over a longer emission: a rejoin in the measured span), and a first one, stopped once idle,
+    # measures the start-up CPU to take out.
+    workers = [_worker(env, args.concurrency) for _ in range(1 if args.drain else args.processes)]
+    startup_cpu = _idle_cpu(workers[0]) if args.drain else 0.0
+    if args.drain:
+        stop_all(workers)
     killed = False
     e2e: dict[str, float] = {}
     e2e_second: dict[str, float] = {}
@@ -214,8 +217,6 @@ def _run(args: argparse.Namespace) -> int:
         sampler.sample(workers, 0, force=True)  # idle workers: the CPU baseline
         cpu_before = sum(sampler.cpu.values())
         if args.drain:
-            startup_cpu = cpu_before / len(workers)  # an idle worker's start-up, in this run
-            stop_all(workers)
             sampler.cpu.clear()
             _wait_dispatched(settings, total)
             print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
@@ -309,6 +310,23 @@ def _run(args: argparse.Namespace) -> int:
     space.close()
     ok = out["duplicate_effects"] == 0 and distinct == total
     return 0 if ok else 1
+
+
+def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
+    """CPU seconds ``worker`` took to start: read once it has used under 20 ms in half a second."""
+    import psutil
+
+    proc = psutil.Process(worker.pid)
+    last = -1.0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        t = proc.cpu_times()
+        now = t.user + t.system
+        if now - last < 0.02:
+            return now
+        last = now
+        time.sleep(0.5)
+    raise SystemExit(f"a worker was still starting after {timeout_s:.0f} s")
 
 
 def _wait_dispatched(settings: Any, n: int) -> None:
