@@ -321,7 +321,7 @@ def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         t = proc.cpu_times()
-        now = t.user + t.system
+        now = float(t.user + t.system)
         if now - last < 0.02:
             return now
         last = now
