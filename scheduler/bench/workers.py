@@ -220,10 +220,6 @@ def _run(args: argparse.Namespace) -> int:
             sampler.cpu.clear()
             _wait_dispatched(settings, total)
             print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
-            # With --drain the processor has emitted every occurrence by now: from here on its
-            # CPU and the commands topic's growth are the reports' cost.
-            proc_cpu_before = cpu_seconds([proc.pid])
-            bytes_before = topic_bytes(settings)
             workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
             cpu_before = startup_cpu * len(workers)
         deadline = time.monotonic() + max(120.0, due - time.time() + (args.second_burst or 0) + total / 100)
@@ -237,6 +233,11 @@ def _run(args: argparse.Namespace) -> int:
                     into = e2e_second if n2 and r["scheduled_for_ms"] == second_ms else e2e
                     into.setdefault(r["occurrence_id"], (r["reported_at_ms"] - r["scheduled_for_ms"]) / 1000)
             done = len(e2e) + len(e2e_second)
+            if args.drain and done and not bytes_before:
+                # The processor has emitted every occurrence: from the first report on, its CPU and
+                # the topics' growth are the reports' cost (not its ticking while workers start).
+                proc_cpu_before = cpu_seconds([proc.pid])
+                bytes_before = topic_bytes(settings)
             sampler.sample(workers, done)
             if args.kill and not killed and done >= total // 2:
                 sampler.sample(workers, done, force=True)  # the killed worker's CPU up to its end
