@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
                     into = e2e_second if n2 and r["scheduled_for_ms"] == second_ms else e2e
                     into.setdefault(r["occurrence_id"], (r["reported_at_ms"] - r["scheduled_for_ms"]) / 1000)
             done = len(e2e) + len(e2e_second)
-            if args.drain and done and not bytes_before:
+            if args.drain and done and not proc_cpu_before:
                 # The processor has emitted every occurrence: from the first report on, its CPU and
                 # the topics' growth are the reports' cost (not its ticking while workers start).
                 proc_cpu_before = cpu_seconds([proc.pid])
