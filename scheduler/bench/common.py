@@ -112,7 +112,9 @@ def report(out: dict[str, Any], json_file: str) -> Path:
     path.write_text(json.dumps(out, indent=2) + "\n")
     width = max(len(k) for k in out) + 2
     for k, v in out.items():
-        print(f"{k:{width}} {v:,.3f}" if isinstance(v, float) else f"{k:{width}} {v}")
+        # Four significant digits below 1: CPU seconds per occurrence are tens of microseconds.
+        shown = (f"{v:,.3f}" if abs(v) >= 1 else f"{v:.4g}") if isinstance(v, float) else v
+        print(f"{k:{width}} {shown}")
     print(f"wrote {path}")
     return path
 

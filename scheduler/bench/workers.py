@@ -16,14 +16,12 @@ and plots throughput and backlog over time (PNG next to the JSON).
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +76,11 @@ def register(sub: Any) -> None:
     p.add_argument("--drain", action="store_true",
                    help="start the workers only once every occurrence is on the dispatch topic: "
                         "measures the workers, not the processor's emission")
+    p.add_argument("--second-burst", type=float, default=None, metavar="S",
+                   help="a second set of schedules due S seconds after the first (issue 14 item 2: a burst "
+                        "and its reports must not push the next one late); its lag as second_lag_p99_s")
+    p.add_argument("--second-size", type=int, default=None,
+                   help="the second burst's size (default: --occurrences)")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
@@ -102,45 +105,6 @@ def _worker(env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env)
 
 
-class _Sampler:
-    """Every second: the workers' CPU seconds (kept for killed ones), the processor's report
-    backlog (commands records past its group's committed offsets) and the occurrences succeeded."""
-
-    def __init__(self, settings: Any, topic: str, group: Any) -> None:
-        from confluent_kafka import TopicPartition
-
-        self.group = group  # a consumer in the processor's group, never subscribed: committed() only
-        self.tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
-        self.cpu: dict[int, float] = {}
-        self.over_time: list[tuple[float, int, int]] = []  # (monotonic, succeeded, backlog)
-        self._next = 0.0
-
-    def sample(self, workers: list[subprocess.Popen[bytes]], succeeded: int, *, force: bool = False) -> None:
-        import psutil
-
-        now = time.monotonic()
-        if now < self._next and not force:
-            return
-        self._next = now + 1.0
-        for w in workers:
-            try:
-                t = psutil.Process(w.pid).cpu_times()
-                self.cpu[w.pid] = t.user + t.system
-            except psutil.Error:
-                pass
-        from confluent_kafka import KafkaException
-
-        backlog = 0
-        try:
-            for tp in self.group.committed(self.tps, timeout=5):
-                _, high = self.group.get_watermark_offsets(tp, timeout=5)
-                backlog += max(0, high - max(tp.offset, 0))
-        except KafkaException as exc:  # a loaded broker: this point is missing from the plot, the run goes on
-            print(f"backlog sample skipped: {exc}", file=sys.stderr)
-            return
-        self.over_time.append((now, succeeded, backlog))
-
-
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
 
@@ -152,23 +116,21 @@ def _run(args: argparse.Namespace) -> int:
         report,
         start_processor,
         topic_bytes,
+        wait_restored,
     )
-    from scheduler.domain import ScheduleSpec
-    from scheduler.kafka.clients import consumer, producer
-    from scheduler.records import (
-        AttemptReport,
-        ScheduleCommand,
-        ScheduleSpecRecord,
-        decode_fields,
-        encode,
-        record_type,
-    )
+    from scheduler.bench.workers_load import TENANT, dispatch_lags, load, pct
+    from scheduler.bench.workers_view import Sampler, plot
+    from scheduler.kafka.clients import consumer
+    from scheduler.records import AttemptReport, decode_fields, record_type
     from scheduler.subprocesses import stop_all
     from scheduler.tenants import Tenant
     from scheduler.topology import topic_name
 
     n = args.occurrences
-    space = bench_namespace([Tenant(name="bw", trigger_rate_per_s=0, max_schedules=10 * n, max_running=0)])
+    n2 = (args.second_size or n) if args.second_burst is not None else 0
+    total = n + n2
+    tenant = Tenant(name=TENANT, trigger_rate_per_s=0, max_schedules=10 * total, max_running=0)
+    space = bench_namespace([tenant])
     tmp, settings = space.folder, space.settings
     (tmp / "bench_noop_handlers.py").write_text(NOOP_HANDLERS)
     db = tmp / "effects.db"
@@ -183,93 +145,102 @@ def _run(args: argparse.Namespace) -> int:
         "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     reports = consumer(settings.kafka())
-    t_commands = topic_name(settings, "commands", "bw")
+    t_commands = topic_name(settings, "commands", TENANT)
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
     group = consumer(settings.kafka(), f"{settings.namespace}.processor")
-    sampler = _Sampler(settings, t_commands, group)
-    proc = start_processor(env, free_port())
-    workers = [] if args.drain else [_worker(env, args.concurrency) for _ in range(args.processes)]
+    sampler = Sampler(settings, t_commands, group)
+    metrics_port = free_port()
+    proc = start_processor(env, metrics_port)
+    # Started before the load: their start-up is not per occurrence. With --drain, fresh ones start
+    # once the burst is on the dispatch topic (SIGSTOPped ones let their 10 s group session expire
+    # over a longer emission: a rejoin in the measured span), and a first one, stopped once idle,
+    # measures the start-up CPU to take out.
+    workers = [_worker(env, args.concurrency) for _ in range(1 if args.drain else args.processes)]
+    startup_cpu = _idle_cpu(workers[0]) if args.drain else 0.0
+    if args.drain:
+        stop_all(workers)
     killed = False
     e2e: dict[str, float] = {}
+    e2e_second: dict[str, float] = {}
+    second_ms = 0
     t0 = time.monotonic()
-    cpu_before: float | None = None
-    proc_cpu_before: float | None = None
+    proc_cpu_before = 0.0
     bytes_before: dict[str, int] = {}
     try:
-        time.sleep(3)
-        due = int(time.time()) + 15 + n // 5000
-        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due))
-        spec = ScheduleSpecRecord.from_domain(
-            ScheduleSpec(kind="once", at=at, timezone="UTC", handler="noop")
-        )
-        cmds = producer(settings.kafka())
-        for _ in range(n):
-            sid = uuid.uuid4().hex
-            cmd = ScheduleCommand(
-                request_id=sid,
-                tenant="bw",
-                schedule_id=sid,
-                kind="CREATE",
-                spec=spec,
-                issued_at_ms=int(time.time() * 1000),
-            )
-            cmds.produce(t_commands, encode(cmd), sid.encode())
-            cmds.poll(0)
-        cmds.flush(60)
-        print(f"{n:,} one-time schedules due at {at}Z")
+        if wait_restored(metrics_port, settings.partitions, 120) is None:
+            raise SystemExit("the processor did not restore its shards in 120 s")
+        bursts = [(n, 0.0)] + ([(n2, args.second_burst)] if n2 else [])
+        loaded = load(settings, bursts, calibration=min(20_000, max(500, total // 10)))
+        due = loaded.due
+        second_ms = (due + int(args.second_burst or 0)) * 1000
         t0 = time.monotonic() + due - time.time()  # the due instant, on the monotonic clock
+        time.sleep(max(0.0, due - time.time() - 1.0))
+        sampler.sample(workers, 0, force=True)  # idle workers: the CPU baseline
+        cpu_before = sum(sampler.cpu.values())
         if args.drain:
-            _wait_dispatched(settings, n)
-            print(f"{n:,} occurrences on the dispatch topic: starting {args.processes} workers")
+            sampler.cpu.clear()
+            _wait_dispatched(settings, total)
+            print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
             workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
-        deadline = time.monotonic() + max(120.0, due - time.time() + n / 100)
-        while len(e2e) < n and time.monotonic() < deadline:
+            cpu_before = startup_cpu * len(workers)
+        deadline = time.monotonic() + max(120.0, due - time.time() + (args.second_burst or 0) + total / 100)
+        while len(e2e) + len(e2e_second) < total and time.monotonic() < deadline:
             for m in reports.consume(5000, 0.5):
                 value = m.value() or b""
                 if m.error() is not None or record_type(value) is not AttemptReport:
                     continue
                 r = decode_fields(value, AttemptReport)
                 if str(r["kind"]) == "SUCCEEDED":
-                    e2e.setdefault(r["occurrence_id"], (r["reported_at_ms"] - r["scheduled_for_ms"]) / 1000)
-            if e2e and cpu_before is None:  # start-up and the idle wait are not per occurrence
-                sampler.sample(workers, len(e2e), force=True)
-                cpu_before = sum(sampler.cpu.values())
-                # With --drain the processor has emitted every occurrence by now: from here on its
-                # CPU and the commands topic's growth are the reports' cost.
+                    into = e2e_second if n2 and r["scheduled_for_ms"] == second_ms else e2e
+                    into.setdefault(r["occurrence_id"], (r["reported_at_ms"] - r["scheduled_for_ms"]) / 1000)
+            done = len(e2e) + len(e2e_second)
+            if args.drain and done and not proc_cpu_before:
+                # The processor has emitted every occurrence: from the first report on, its CPU and
+                # the topics' growth are the reports' cost (not its ticking while workers start).
                 proc_cpu_before = cpu_seconds([proc.pid])
                 bytes_before = topic_bytes(settings)
-            sampler.sample(workers, len(e2e))
-            if args.kill and not killed and len(e2e) >= n // 2:
-                sampler.sample(workers, len(e2e), force=True)
+            sampler.sample(workers, done)
+            if args.kill and not killed and done >= total // 2:
+                sampler.sample(workers, done, force=True)  # the killed worker's CPU up to its end
                 workers[0].send_signal(signal.SIGKILL)
                 workers[0].wait()
                 workers[0] = _worker(env, args.concurrency)
                 killed = True
-                print(f"killed a worker at {len(e2e):,} succeeded; started another")
-        sampler.sample(workers, len(e2e), force=True)
+                print(f"killed a worker at {done:,} succeeded; started another")
         time.sleep(2)  # the processor commits the last reports it read
-        proc_cpu_s = cpu_seconds([proc.pid]) - (proc_cpu_before or 0.0)
+        sampler.sample(workers, len(e2e) + len(e2e_second), force=True)  # the workers' CPU at the end
+        proc_cpu_s = cpu_seconds([proc.pid]) - proc_cpu_before
         bytes_after = topic_bytes(settings)
     finally:
         stop_all([*workers, proc])
         reports.close()
         group.close()
+    lag = dispatch_lags(settings, [due * 1000, second_ms] if n2 else [due * 1000])
     rows, distinct = _effects(args.store, db, tmp)
+    succeeded = len(e2e) + len(e2e_second)
     lags = sorted(e2e.values())
-    span = max(lags) - min(lags) if lags else 0.0
+    ends = sorted([*e2e.values(), *(v + (args.second_burst or 0) for v in e2e_second.values())])
+    span = max(ends) - min(ends) if ends else 0.0
+    first_lag = lag[due * 1000]
     out = {
-        "occurrences": n,
+        "occurrences": total,
         "succeeded": distinct,
-        "succeeded_reports": len(e2e),
+        "succeeded_reports": succeeded,
         "duplicate_effects": rows - distinct,
-        "rate_per_s": len(e2e) / span if span > 0 else None,
-        "e2e_p50_s": lags[len(lags) // 2] if lags else None,
-        "e2e_p99_s": lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else None,
+        "rate_per_s": succeeded / span if span > 0 else None,
+        "e2e_p50_s": pct(lags, 0.5),
+        "e2e_p99_s": pct(lags, 0.99),
         "e2e_max_s": lags[-1] if lags else None,
-        "worker_cpu_s_per_occurrence": (sum(sampler.cpu.values()) - (cpu_before or 0.0)) / max(1, len(e2e)),
-        "processor_cpu_us_per_report": 1e6 * proc_cpu_s / max(1, len(e2e)) if args.drain else None,
+        "lag_p50_s": pct(first_lag, 0.5),
+        "lag_p99_s": pct(first_lag, 0.99),
+        "load_s": loaded.load_s,
+        "load_rate_per_s": total / loaded.load_s,
+        "calibrated_rate_per_s": loaded.calibrated_rate_per_s,
+        "applied_ahead_s": loaded.applied_ahead_s,
+        "worker_cpu_s_per_occurrence": (sum(sampler.cpu.values()) - cpu_before) / max(1, succeeded),
+        "processor_cpu_us_per_report": 1e6 * proc_cpu_s / max(1, succeeded) if args.drain else None,
         "broker_bytes_per_occurrence_reported": per_unit(
-            {t: b - bytes_before.get(t, 0) for t, b in bytes_after.items()}, len(e2e)
+            {t: b - bytes_before.get(t, 0) for t, b in bytes_after.items()}, succeeded
         ) if args.drain else None,
         "max_report_backlog": max((b for _, _, b in sampler.over_time), default=0),
         "worker_killed_midway": killed,
@@ -280,11 +251,44 @@ def _run(args: argparse.Namespace) -> int:
         "handler": args.handler_kind,
         "concurrency_per_worker": args.concurrency,
     }
+    if n2:
+        second_lag = sorted(lag[second_ms])
+        seconds = sorted(e2e_second.values())
+        out |= {
+            "second_burst_after_s": args.second_burst,
+            "second_occurrences": n2,
+            "second_lag_p50_s": pct(second_lag, 0.5),
+            "second_lag_p99_s": pct(second_lag, 0.99),
+            "second_e2e_p50_s": pct(seconds, 0.5),
+            "second_e2e_p99_s": pct(seconds, 0.99),
+        }
     path = report(out, args.json_file)
-    _plot(sampler.over_time, t0, lags, Path(args.png) if args.png else path.with_suffix(".png"))
+    curves = {"first burst, end to end": lags, "first burst, on the dispatch topic": first_lag}
+    if n2:
+        curves |= {"second burst, end to end": sorted(e2e_second.values()),
+                   "second burst, on the dispatch topic": lag[second_ms]}
+    png = Path(args.png) if args.png else path.with_suffix(".png")
+    plot(sampler.over_time, t0, curves, args.second_burst, png)
     space.close()
-    ok = out["duplicate_effects"] == 0 and distinct == n
+    ok = out["duplicate_effects"] == 0 and distinct == total
     return 0 if ok else 1
+
+
+def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
+    """CPU seconds ``worker`` took to start: read once it has used under 20 ms in half a second."""
+    import psutil
+
+    proc = psutil.Process(worker.pid)
+    last = -1.0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        t = proc.cpu_times()
+        now = float(t.user + t.system)
+        if now - last < 0.02:
+            return now
+        last = now
+        time.sleep(0.5)
+    raise SystemExit(f"a worker was still starting after {timeout_s:.0f} s")
 
 
 def _wait_dispatched(settings: Any, n: int) -> None:
@@ -315,33 +319,3 @@ def _effects(store: str, db: Path, folder: Path) -> tuple[int, int]:
         return int(rows), int(distinct)
     ids = [line for f in folder.glob("effects-*.txt") for line in f.read_text().split()]
     return len(ids), len(set(ids))
-
-
-def _plot(over_time: list[tuple[float, int, int]], t0: float, lags: list[float], path: Path) -> None:
-    from scheduler.bench.common import pyplot
-
-    plt = pyplot()
-    if plt is None:
-        return
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    xs = [t - t0 for t, _, _ in over_time]
-    rates = [0.0] + [
-        (s1 - s0) / (t1 - t0_) for (t0_, s0, _), (t1, s1, _) in itertools.pairwise(over_time)
-    ]
-    a.plot(xs, rates, label="occurrences succeeded /s")
-    a.set_xlabel("seconds after the due instant")
-    a.set_ylabel("occurrences / s")
-    a2 = a.twinx()
-    a2.plot(xs, [bl for _, _, bl in over_time], color="tab:red", label="processor report backlog")
-    a2.set_ylabel("report backlog (records)", color="tab:red")
-    a.set_title("worker throughput and the processor's report backlog")
-    if lags:
-        p50, p99 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-        step = max(1, len(lags) // 20_000)
-        b.plot(lags[::step], [i / len(lags) for i in range(0, len(lags), step)])
-        b.set_title(f"end to end (report - scheduled_for): p50 {p50:.1f}s, p99 {p99:.1f}s")
-    b.set_xlabel("seconds")
-    b.set_ylabel("fraction")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    print(f"wrote {path}")

@@ -1,0 +1,42 @@
+"""``ksched bench workers`` end to end on the session broker, at a small N (the figures are the
+benchmark's job; here: the load is applied before the instant, the CPU is counted on a short run,
+and the second burst is measured)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduler.settings import Settings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drain", [False, True], ids=["live", "drain"])
+def test_bench_workers_loads_before_the_instant_and_measures_a_second_burst(
+    kafka_settings: Settings, tmp_path: Path, drain: bool
+) -> None:
+    out = tmp_path / "workers.json"
+    cmd = [
+        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
+        "--store", "memory", "--no-kill", "--second-burst", "4", "--json", str(out),
+        *(["--drain"] if drain else []),
+    ]
+    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+    r = json.loads(out.read_text())
+    assert r["succeeded"] == r["occurrences"] == 600 and r["duplicate_effects"] == 0
+    assert r["applied_ahead_s"] > 0  # every create applied before the first instant
+    assert r["load_s"] > 0 and r["calibrated_rate_per_s"] > 0
+    if not drain:  # (with --drain it is net of an estimated start-up: within a few ms at 600)
+        assert r["worker_cpu_s_per_occurrence"] > 0  # counted on a run shorter than the 1 s sampling
+    for key in ("lag_p99_s", "e2e_p99_s", "second_lag_p99_s", "second_e2e_p99_s", "rate_per_s"):
+        assert r[key] is not None and r[key] >= 0, key
+    assert r["second_lag_p99_s"] < 5  # the second burst on time behind the first one's reports
+    if drain:  # the workers start once both bursts are dispatched: the reports' cost alone
+        assert r["processor_cpu_us_per_report"] > 0
+    assert out.with_suffix(".png").stat().st_size > 0
