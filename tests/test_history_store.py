@@ -226,3 +226,27 @@ def test_a_select_only_role_reads_postgresql_opened_read_only(pg_dsn: str) -> No
     empty = make_conninfo(pg_dsn, options=f"-c search_path=empty_{role}")
     with pytest.raises(HistoryStoreError, match=r"no history table occurrences.*run `ksched history` once"):
         open_store(empty, Path("unused.db"), read_only=True)
+
+
+def test_a_sqlite_reader_opens_without_the_write_lock(tmp_path: Path) -> None:
+    """A read-only open of a store the indexer made takes no write lock (the API's request threads
+    each open one, while the indexer writes); one of a file without tables still creates them."""
+    import sqlite3
+    import time
+
+    from scheduler.history.sqlite import SQLiteHistoryStore
+
+    path = tmp_path / "history.db"
+    SQLiteHistoryStore(path).close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # the indexer in the middle of a batch
+    try:
+        started = time.monotonic()
+        with SQLiteHistoryStore(path, busy_timeout_s=2.0, read_only=True) as reader:
+            assert not reader.indexed("ns")
+        assert time.monotonic() - started < 1.0
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    with SQLiteHistoryStore(tmp_path / "fresh.db", read_only=True) as fresh:
+        assert not fresh.indexed("ns")

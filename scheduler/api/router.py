@@ -15,11 +15,30 @@ import time
 from collections import deque
 from concurrent.futures import Future
 
+from confluent_kafka import Message
+from prometheus_client import Histogram
+
 from scheduler.client import SchedulerClient
 from scheduler.kafka.errors import denied, is_denial
 from scheduler.principals import as_api
 from scheduler.records import CommandResult, decode
 from scheduler.settings import Settings
+
+# Where a command's round trip goes (docs/api.md, "Performance"), from this process's clock and the
+# result record's timestamp (the processor's produce() in its tick, before the commit).
+STAGES = Histogram(
+    "ksched_api_command_stage_seconds",
+    "A command's round trip by stage: publish (produce to the broker's ack), to_result (ack to the "
+    "processor producing the result), visible (that to this process reading it: the rest of the "
+    "tick, the commit, the results fetch), wake (that to the waiting request running again)",
+    ["stage"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+_PUBLISH, _TO_RESULT, _VISIBLE, _WAKE = (STAGES.labels(stage=s) for s in
+                                         ("publish", "to_result", "visible", "wake"))
+# A result is read ahead of its waiter's next poll: the read loop blocks only for the first one.
+_READ_WAIT_S = 0.05
+_READ_BATCH = 500
 
 
 class CommandRouter(SchedulerClient):
@@ -35,6 +54,8 @@ class CommandRouter(SchedulerClient):
         self.keep_s = max(60.0, 4 * timeout_s)
         self._arrived = threading.Lock()  # guards _pending, _order and _waiting
         self._waiting: dict[str, threading.Event] = {}  # request id -> set when its result arrives
+        self._times: dict[str, tuple[float, float]] = {}  # request id -> (result produced, read)
+        self._acked = threading.local()  # this request thread's last delivery ack (wall seconds)
         self._order: deque[tuple[float, str]] = deque()
         self._assignments: queue.Queue[tuple[str, Future[None]]] = queue.Queue()
         self._stopping = threading.Event()
@@ -69,16 +90,28 @@ class CommandRouter(SchedulerClient):
                 done.set_exception(exc)
 
     def _await_delivery(self, done: threading.Event) -> None:
+        started = time.time()
         done.wait(self.timeout_s)
+        self._acked.at = time.time()
+        _PUBLISH.observe(self._acked.at - started)
 
     def _deliver(self) -> None:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
 
+    def _next_results(self) -> list[Message]:
+        """The results read so far, waiting only for the first: ``consume(n, timeout)`` alone would
+        wait for ``n`` of them or the whole timeout, and every waiting request with it."""
+        got: list[Message] = self._results.consume(_READ_BATCH, 0)
+        if not got:
+            first = self._results.poll(_READ_WAIT_S)
+            got = [first] if first is not None else []
+        return got
+
     def _read(self) -> None:
         while not self._stopping.is_set():
             self._assign_asked()
-            for m in self._results.consume(500, 0.05):
+            for m in self._next_results():
                 err = m.error()
                 if err is not None and is_denial(err):
                     self._error = denied(self.conn.who, err, m.topic() or "a results topic", "read")
@@ -89,15 +122,18 @@ class CommandRouter(SchedulerClient):
                     r = decode(m.value() or b"", CommandResult)
                 except ValueError:
                     continue
-                self._arrived_result(r)
+                self._arrived_result(r, m.timestamp()[1] / 1000)
 
-    def _arrived_result(self, r: CommandResult) -> None:
+    def _arrived_result(self, r: CommandResult, produced: float = 0.0) -> None:
         now = time.monotonic()
         with self._arrived:
             self._pending[r.request_id] = r
+            self._times[r.request_id] = (produced, time.time())
             self._order.append((now, r.request_id))
             while self._order and self._order[0][0] < now - self.keep_s:
-                self._pending.pop(self._order.popleft()[1], None)
+                old = self._order.popleft()[1]
+                self._pending.pop(old, None)
+                self._times.pop(old, None)
             waiter = self._waiting.get(r.request_id)
         if waiter is not None:  # only its request wakes: one Condition woke all 64 per result
             waiter.set()
@@ -117,6 +153,7 @@ class CommandRouter(SchedulerClient):
             while True:
                 with self._arrived:
                     if request_id in self._pending:
+                        self._observe(request_id, self._times.pop(request_id, None))
                         return self._pending.pop(request_id)
                 if self._error is not None:
                     raise self._error
@@ -127,6 +164,16 @@ class CommandRouter(SchedulerClient):
         finally:
             with self._arrived:
                 self._waiting.pop(request_id, None)
+
+    def _observe(self, request_id: str, times: tuple[float, float] | None) -> None:
+        acked: float | None = getattr(self._acked, "at", None)
+        self._acked.at = None  # a later wait() of a timed-out request has no ack of its own
+        if times is None or acked is None:
+            return
+        produced, read = times
+        _TO_RESULT.observe(max(0.0, produced - acked))
+        _VISIBLE.observe(max(0.0, read - produced))
+        _WAKE.observe(max(0.0, time.time() - read))
 
     def brokers_reachable(self, timeout_s: float = 2.0) -> bool:
         """Whether the broker answers a metadata request of this principal within ``timeout_s``."""

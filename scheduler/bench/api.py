@@ -106,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu = _CpuMeter({"api": api.pid, "processor": procs[0].pid, "history": procs[1].pid,
                          "client": os.getpid()})
         out = asyncio.run(_measure(base, key, args, cpu))
+        out.update(_stage_means(base, metrics_port))
     finally:
         stop_all(procs)
         space.close()
@@ -192,6 +193,27 @@ async def _indexed(base: str, key: str, sid: str, timeout_s: float = 120) -> Non
             if time.monotonic() > deadline:
                 raise TimeoutError(f"schedule {sid} not in the history store after {timeout_s}s")
             await asyncio.sleep(0.5)
+
+
+def _stage_means(base: str, processor_metrics_port: int) -> dict[str, float]:
+    """Mean seconds of each stage of a command's round trip (the API's
+    ``ksched_api_command_stage_seconds``, warm-up included) and of the processor's transactions."""
+    import urllib.request
+
+    def sums(url: str, metric: str) -> dict[str, tuple[float, float]]:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        got: dict[str, list[float]] = {}
+        for line in text.splitlines():
+            for part in ("_sum", "_count"):
+                if line.startswith(metric + part):
+                    label = line.split('stage="')[1].split('"')[0] if 'stage="' in line else "all"
+                    got.setdefault(label, [0.0, 0.0])[part == "_count"] += float(line.rsplit(" ", 1)[1])
+        return {k: (v[0], v[1]) for k, v in got.items()}
+
+    stages = sums(f"{base}/metrics", "ksched_api_command_stage_seconds")
+    processor = f"http://127.0.0.1:{processor_metrics_port}/metrics"
+    stages["transaction"] = sums(processor, "ksched_transaction_seconds").get("all", (0.0, 0.0))
+    return {f"stage_{k}_mean_s": round(total / n, 4) for k, (total, n) in stages.items() if n}
 
 
 def _free_port() -> int:

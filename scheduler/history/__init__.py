@@ -51,6 +51,8 @@ def open_store(dsn: str, default_sqlite: Path, *, read_only: bool = False) -> Hi
     PostgreSQL. Raises :class:`HistoryStoreError` naming the setting when it cannot be opened.
 
     ``read_only`` (readers: queries, the reconciler): PostgreSQL creates nothing, so a role with
-    SELECT only may read; SQLite, a local file of the user's, is opened as always."""
+    SELECT only may read; SQLite, a local file of the user's, creates the tables only when they
+    are missing (no write lock taken per reader)."""
     path = sqlite_path(dsn, default_sqlite)
-    return PostgresHistoryStore(dsn, read_only=read_only) if path is None else SQLiteHistoryStore(path)
+    return PostgresHistoryStore(dsn, read_only=read_only) if path is None else \
+        SQLiteHistoryStore(path, read_only=read_only)

@@ -40,7 +40,13 @@ _DLQ = sql.upsert_dlq(_D)
 class SQLiteHistoryStore(HistoryStore):
     """History store in the SQLite file ``path`` (its directory is created if missing)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0, read_only: bool = False
+    ) -> None:
+        """``read_only``: a reader (the API's request threads each open one) creates the tables only
+        when the indexer has not yet: the DDL takes the write lock (BEGIN IMMEDIATE), which 64
+        threads opening at once, and the indexer's batches, made wait in SQLite's busy handler's
+        sleeps of up to 100 ms (describe p99 over a second, docs/api.md)."""
         raw = os.fspath(path)
         if raw in ("", ":memory:"):
             raise ValueError(
@@ -53,18 +59,25 @@ class SQLiteHistoryStore(HistoryStore):
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("BEGIN IMMEDIATE")
-            for stmt in sql.ddl(_D):
-                self._conn.execute(stmt)
-            self._conn.execute("COMMIT")
+            if not (read_only and self._has_schema()):
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute("BEGIN IMMEDIATE")
+                for stmt in sql.ddl(_D):
+                    self._conn.execute(stmt)
+                self._conn.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             raise HistoryStoreError(
                 f"SQLiteHistoryStore({raw!r}): cannot open the database ({exc}): check that the path is "
                 "a writable file on a local filesystem, or set history_dsn to another one"
             ) from exc
         self._closed = False
+
+    def _has_schema(self) -> bool:
+        """Whether every table and index of the DDL exists (each statement makes one object)."""
+        row = self._conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()
+        return int(row[0]) >= len(sql.ddl(_D))
 
     def __repr__(self) -> str:
         return f"SQLiteHistoryStore({os.fspath(self.path)!r})"

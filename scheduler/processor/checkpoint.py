@@ -14,7 +14,8 @@ A :class:`Checkpoint` has one method per step, and a step cannot run after a lat
 3. write state: the changed runtime state, then the shard's cursors (its
    watermark) when anything was written or a second has passed, to ``ksched.state``;
 4. send offsets: ``send_offsets_to_transaction`` for the consumed commands (past the last
-   record taken from each tenant's ``commands.<tenant>[p]``);
+   record taken from each tenant's ``commands.<tenant>[p]``), chosen here and sent on the
+   commit thread right before the commit (a record polled always makes the commit run there);
 5. commit: failpoint ``before_commit``; a transaction that wrote nothing commits at
    once; one that wrote commits on a commit thread while the loop goes on to the
    next shard's steps 1-5 (a commit mostly waits for the broker's acks), and
@@ -148,6 +149,7 @@ class Checkpoint:
         self._registry = registry
         self._p = owned.partition.partition
         self._wrote = bool(records)
+        self._offsets: tuple[list[TopicPartition], object] | None = None  # step 4's, sent at step 5
         self._step = 0
         self._closed = False
         self._future: Future[None] | None = None
@@ -317,7 +319,9 @@ class Checkpoint:
             for m in self.records:  # in offset order per topic: the last one wins
                 last[m.topic() or ""] = m.offset() or 0
             tps = [TopicPartition(topic, self._p, offset + 1) for topic, offset in last.items()]
-            self.owned.producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), 30)
+            # Sent on the commit thread, just before the commit: its two round trips (AddOffsetsToTxn,
+            # TxnOffsetCommit) then overlap the other shards' instead of adding up on the loop.
+            self._offsets = (tps, consumer.consumer_group_metadata())
 
     # -- 5. commit ----------------------------------------------------------------
     def commit(self) -> bool:
@@ -329,8 +333,13 @@ class Checkpoint:
             self.owned.producer.commit_transaction(30)  # empty: settled locally, nothing to wait for
             self._close()
             return False
-        self._future = self._registry.submit(self.owned.producer.commit_transaction)
+        self._future = self._registry.submit(self._send_offsets_and_commit)
         return True
+
+    def _send_offsets_and_commit(self, timeout_s: float) -> None:
+        if self._offsets is not None:
+            self.owned.producer.send_offsets_to_transaction(*self._offsets, timeout_s)
+        self.owned.producer.commit_transaction(timeout_s)
 
     def join(self) -> None:
         """Wait for the commit started by :meth:`commit`; raises its KafkaException (then :meth:`fail`)."""

@@ -57,6 +57,10 @@ from scheduler.tenants import Tenant
 from scheduler.topology import topic_name
 
 log = logging.getLogger("ksched.processor")
+# The next tick's AddOffsetsToTxn / AddPartitionsToTxn meets CONCURRENT_TRANSACTIONS while the
+# coordinator still writes the last commit's markers (a few ms); librdkafka retries after
+# retry.backoff.ms, 100 by default: 30-45 ms of every command tick went there (docs/api.md).
+TXN_RETRY_BACKOFF_MS = 5
 
 
 class Loss(enum.Enum):
@@ -179,7 +183,7 @@ class Ownership:
             p: transactional_producer(
                 as_processor(self.settings),
                 f"{self.settings.namespace}.processor.shard-{p}",
-                **{"transaction.timeout.ms": 30_000},
+                **{"transaction.timeout.ms": 30_000, "retry.backoff.ms": TXN_RETRY_BACKOFF_MS},
             )
             for p in shards
         }

@@ -48,6 +48,7 @@ log = logging.getLogger("ksched.processor")
 STANDBY_BUDGET_S = 0.02
 # Longest a burst's shards are ticked again without a poll (commands and reports wait meanwhile).
 BURST_ROUNDS_S = 1.0
+POLL_BATCH = 5000  # records taken per poll at most
 WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
 
 
@@ -226,7 +227,16 @@ class Processor:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
         assert self.consumer is not None
         self.checkpoints.assert_none_open("poll")
-        return self.consumer.consume(num_messages=5000, timeout=timeout)
+        # consume(n, timeout) waits for n records or the whole timeout: a command would wait for the
+        # next tick, and its caller with it. Wait for the first record only, then take what is
+        # fetched; commands that arrive during a tick's commit make the next tick's batch.
+        got: list[Message] = self.consumer.consume(num_messages=POLL_BATCH, timeout=0)
+        if got or timeout <= 0:
+            return got
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return []
+        return [first, *self.consumer.consume(num_messages=POLL_BATCH - 1, timeout=0)]
 
     def _prepare_ahead(self, idle_s: float) -> float:
         """Spend the idle part of ``idle_s`` encoding dispatch heads due within
