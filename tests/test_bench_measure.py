@@ -53,3 +53,17 @@ def test_per_unit_adds_a_kinds_tenant_topics_and_keeps_only_growth() -> None:
     sizes = {"dispatch.t0": 300, "dispatch.t1": 100, "state": 0, "commands.t0": -5, "schedules": 50}
     assert per_unit(sizes, 4) == {"dispatch": 100.0, "schedules": 12.5}
     assert per_unit(sizes, 4, ("schedules",)) == {"schedules": 12.5}
+
+
+def test_bench_fire_fires_every_schedule_once_and_reports_its_figures(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    from scheduler.bench import fire
+
+    out = tmp_path / "fire.json"
+    args = argparse.Namespace(schedules=3000, budget=700, json_file=str(out))
+    assert fire._run(args) == 0  # non-zero when a schedule did not fire exactly once
+    figures = json.loads(out.read_text())
+    assert figures["fired"] == 3000 and figures["ticks"] == 5
+    assert figures["cpu_us_per_occurrence"] > 0 and figures["prepared_head_bytes_per_schedule"] >= 0
