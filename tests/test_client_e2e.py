@@ -104,8 +104,9 @@ def test_sdk_update_replaces_and_patch_refuses_a_lost_update(cluster: Settings) 
             acc = client.create(TENANT, spec, key="sdk-replace-patch")
             got = client.get(TENANT, acc.schedule_id)
             assert got is not None and got.version == 1 and got.spec.to_domain() == spec
-            with pytest.raises(UnknownTenant, match="ksched tenants add other"):  # not registered here
-                client.get("other", acc.schedule_id)
+            # a name no test registers (test_processor_e2e's fixture adds "other" to the namespace)
+            with pytest.raises(UnknownTenant, match="ksched tenants add never-registered"):
+                client.get("never-registered", acc.schedule_id)
 
             patched = client.patch(TENANT, acc.schedule_id, handler="b", max_runs=3)
             assert patched.version == 2
