@@ -56,13 +56,10 @@ class Heap:
         in docs/decisions.md). Reference counting still frees what a restore drops (an older
         record of a schedule); a restore makes no cycles of its own.
         """
-        was = gc.isenabled()
-        gc.disable()
         try:
-            yield
+            with self.quiet():
+                yield
         finally:
-            if was:
-                gc.enable()
             self.settle(force=True)
 
     @staticmethod

@@ -296,12 +296,7 @@ def event_value(
     """An ``OccurrenceEvent`` record: ``header`` then its body (``state_index``: the state's
     position among the enum's symbols)."""
     return b"".join((
-        header,
-        avro_string(occurrence_id),
-        avro_string(schedule_id),
-        avro_string(tenant),
-        avro_long(version),
-        avro_long(scheduled_for_ms),
+        _occurrence_key(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms),
         avro_long(state_index),
         b"\x00" if attempt is None else b"\x02" + avro_long(attempt),
         b"\x00" if reason is None else b"\x02" + avro_string(reason),
@@ -320,6 +315,15 @@ def occurrence_head(
 ) -> bytes:
     """An ``Occurrence`` (dispatch) record up to ``enqueued_at_ms``: ``header`` then its first six
     fields (:mod:`scheduler.records.dispatch`)."""
+    return _occurrence_key(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms) + avro_long(
+        available_at_ms
+    )
+
+
+def _occurrence_key(
+    header: bytes, occurrence_id: str, schedule_id: str, tenant: str, version: int, scheduled_for_ms: int
+) -> bytes:
+    """``header`` and the fields an ``Occurrence`` and an ``OccurrenceEvent`` both begin with."""
     return b"".join((
         header,
         avro_string(occurrence_id),
@@ -327,7 +331,6 @@ def occurrence_head(
         avro_string(tenant),
         avro_long(version),
         avro_long(scheduled_for_ms),
-        avro_long(available_at_ms),
     ))
 
 
