@@ -66,4 +66,8 @@ def test_bench_fire_fires_every_schedule_once_and_reports_its_figures(tmp_path: 
     assert fire._run(args) == 0  # non-zero when a schedule did not fire exactly once
     figures = json.loads(out.read_text())
     assert figures["fired"] == 3000 and figures["ticks"] == 5
-    assert figures["cpu_us_per_occurrence"] > 0 and figures["prepared_head_bytes_per_schedule"] >= 0
+    assert figures["cpu_us_per_occurrence"] > 0
+    # RSS deltas are measurements: over 3,000 schedules the allocator may hand pages back, so
+    # only their presence is checked here, not their sign.
+    assert isinstance(figures["prepared_head_bytes_per_schedule"], float)
+    assert isinstance(figures["rss_bytes_per_schedule"], float)
