@@ -93,7 +93,7 @@ def _schedule(**kw: Any) -> Schedule:
 
 
 def _slots(e: Entry) -> dict[str, Any]:
-    return {k: getattr(e, k) for k in Entry.__slots__}
+    return {k: getattr(e, k) for k in Entry.FIELDS}
 
 
 @pytest.mark.parametrize(

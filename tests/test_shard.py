@@ -237,3 +237,27 @@ def test_throttled_catch_up_says_when_it_may_go_on() -> None:
     wait = s.catch_up_wait_s(float(T0 + 600))
     assert wait is not None and 0.4 <= wait <= 0.5  # half a second for the next token at 2/s
     assert s.catch_up_wait_s(float(T0 + 601)) == 0.0
+
+
+def test_an_entry_keeps_its_rare_fields_its_own_and_its_effective_time_exact() -> None:
+    from scheduler.processor.model import Entry, spec_parts
+
+    parts = spec_parts(spec())
+    a = Entry("a", "t", 1, "ACTIVE", parts, b"", T0 + 7, None, created_at_ms=T0 * 1000 + 999)
+    b = Entry("b", "t", 1, "ACTIVE", parts, b"", T0 - 10**9, None, created_at_ms=0)
+    a.paused_at_ms = 5
+    a.last_request_id = "r-9"
+    # the entries without any share one empty holder: a write to one never shows in another
+    assert (b.paused_at_ms, b.resumed_at_ms, b.last_request_id, b.finished_at) == (None, None, None, None)
+    assert (a.paused_at_ms, a.last_request_id, a.resumed_at_ms) == (5, "r-9", None)
+    b.finished_at = None  # a None write keeps the shared holder
+    assert Entry("c", "t", 1, "ACTIVE", parts, b"", 0, None).finished_at is None
+    assert (a.effective_from, b.effective_from) == (T0 + 7, T0 - 10**9)
+    a.effective_from = T0 + 3600
+    assert a.effective_from == T0 + 3600 and a.created_at_ms == T0 * 1000 + 999
+    assert (a.lane, a.handler, a.compiled, a.policy, a.base) == (
+        Lane.STRICT, "h", parts.compiled, parts.policy, parts.base)
+    public = {n for n in Entry.__slots__ if not n.startswith("_")} | {"effective_from", "paused_at_ms",
+                                                                       "resumed_at_ms", "last_request_id",
+                                                                       "finished_at"}
+    assert set(Entry.FIELDS) == public

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from scheduler.domain import CompiledSpec, ScheduleSpec, compile_spec, occurrence_id
 from scheduler.vocabulary import Lane, ScheduleState
@@ -23,6 +23,7 @@ from scheduler.vocabulary import Lane, ScheduleState
 ACTIVE, PAUSED, CANCELED, COMPLETED = (
     ScheduleState.ACTIVE, ScheduleState.PAUSED, ScheduleState.CANCELED, ScheduleState.COMPLETED
 )
+_T = TypeVar("_T")
 TERMINAL = frozenset({CANCELED, COMPLETED})
 # A one-time schedule created or updated this long (plus its max_lateness_s) after its time is
 # refused (firing it would surprise more often than help); within it, its occurrence fires late
@@ -72,12 +73,21 @@ def _intern_policy(p: Policy) -> Policy:
 class SpecParts:
     """What every schedule with the same spec except its payload shares (interned).
 
-    ``base`` is the spec with an empty payload; an entry keeps its own payload.
+    ``base`` is the spec with an empty payload; an entry keeps its own payload. ``lane`` and
+    ``handler`` follow from ``base``; they are kept here so that the tick reads them in one hop.
     """
 
     base: ScheduleSpec
     compiled: CompiledSpec
     policy: Policy
+    lane: Lane
+    handler: str
+
+    @staticmethod
+    def of(base: ScheduleSpec) -> SpecParts:
+        policy = Policy.of(base)
+        lane = Lane.FLEXIBLE if policy.window_s > 0 else Lane.STRICT
+        return SpecParts(base, compile_spec(base), policy, lane, sys.intern(base.handler))
 
 
 _PARTS: dict[tuple[object, ...], SpecParts] = {}
@@ -91,7 +101,7 @@ def spec_parts(spec: ScheduleSpec) -> SpecParts:
     parts = _PARTS.get(key)
     if parts is None:
         base = spec if spec.payload == b"" else spec.replace(payload=b"")
-        parts = SpecParts(base, compile_spec(base), Policy.of(base))
+        parts = SpecParts.of(base)
         if len(_PARTS) >= _PARTS_LIMIT:
             _PARTS.clear()
         _PARTS[key] = parts
@@ -116,6 +126,44 @@ def spec_parts_by(key: Hashable, build: Callable[[], ScheduleSpec]) -> SpecParts
     return parts
 
 
+class _Rare:
+    """The fields of an entry that most schedules never set, behind one slot of the entry."""
+
+    __slots__ = ("finished_at", "last_request_id", "paused_at_ms", "resumed_at_ms")
+
+    def __init__(
+        self, paused_at_ms: int | None, resumed_at_ms: int | None, last_request_id: str | None,
+        finished_at: int | None,
+    ) -> None:
+        self.paused_at_ms = paused_at_ms
+        self.resumed_at_ms = resumed_at_ms
+        self.last_request_id = last_request_id
+        self.finished_at = finished_at
+
+
+_NO_RARE = _Rare(None, None, None, None)  # read through when an entry has none; never written
+
+
+class _RareField(Generic[_T]):
+    """An :class:`Entry` attribute kept in its ``_rare`` (created on the first non-None write)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.get = attrgetter(name)
+        self.name = name
+
+    def __get__(self, e: Entry | None, owner: type | None = None) -> _T | None:
+        if e is None:  # on the class: the descriptor itself (introspection)
+            return self  # type: ignore[return-value]
+        return self.get(e._rare)  # type: ignore[no-any-return]
+
+    def __set__(self, e: Entry, value: _T | None) -> None:
+        if e._rare is _NO_RARE:
+            if value is None:
+                return
+            e._rare = _Rare(None, None, None, None)
+        setattr(e._rare, self.name, value)
+
+
 class Entry:
     """One schedule of the shard.
 
@@ -124,30 +172,40 @@ class Entry:
     ``prepared`` caches the head of that occurrence's dispatch record
     (:func:`scheduler.records.dispatch.dispatch_head`), encoded ahead of time.
     The full spec is not stored: :meth:`spec` rebuilds it from the shared
-    ``base`` and the entry's own ``payload``.
+    ``parts.base`` and the entry's own ``payload``.
+
+    A shard holds hundreds of thousands, so every slot counts (8 B each, issue 14's memory
+    target): what the spec gives is one shared ``parts``; the four fields few schedules set
+    (a pause, a resume, a change after the create, the end) share one ``_rare``;
+    ``effective_from`` is kept as seconds after the create (a small, shared int for most).
     """
 
     __slots__ = (
+        "_effective_delta",
+        "_rare",
         "armed_at",
-        "base",
-        "compiled",
         "created_at_ms",
-        "effective_from",
-        "finished_at",
         "idempotency_key",
-        "lane",
-        "last_request_id",
         "next_for",
-        "paused_at_ms",
+        "parts",
         "payload",
-        "policy",
         "prepared",
-        "resumed_at_ms",
         "schedule_id",
         "state",
         "tenant",
         "version",
     )
+    # Every field, as restore and the state records see them (slots and properties alike).
+    FIELDS = (
+        "armed_at", "created_at_ms", "effective_from", "finished_at", "idempotency_key", "last_request_id",
+        "next_for", "parts", "paused_at_ms", "payload", "prepared", "resumed_at_ms", "schedule_id", "state",
+        "tenant", "version",
+    )
+
+    paused_at_ms = _RareField[int]()
+    resumed_at_ms = _RareField[int]()
+    last_request_id = _RareField[str]()  # of the last accepted change other than its create
+    finished_at = _RareField[int]()  # epoch s it became COMPLETED / CANCELED (retention), else None
 
     def __init__(
         self,
@@ -169,29 +227,52 @@ class Entry:
         self.tenant = sys.intern(tenant)
         self.version = version
         self.state = state
-        self.base = parts.base
-        self.compiled = parts.compiled
-        self.policy = parts.policy
+        self.parts = parts
         self.payload = payload
-        self.effective_from = effective_from
         self.idempotency_key = idempotency_key
         self.created_at_ms = created_at_ms
-        self.paused_at_ms = paused_at_ms
-        self.resumed_at_ms = resumed_at_ms
-        self.last_request_id = last_request_id  # of the last accepted change other than its create
-        self.finished_at = finished_at  # epoch s it became COMPLETED / CANCELED (retention), else None
-        self.lane = Lane.FLEXIBLE if parts.policy.window_s > 0 else Lane.STRICT
+        self._effective_delta = effective_from - created_at_ms // 1000
+        if paused_at_ms is None and resumed_at_ms is None and last_request_id is None and finished_at is None:
+            self._rare = _NO_RARE
+        else:
+            self._rare = _Rare(paused_at_ms, resumed_at_ms, last_request_id, finished_at)
         self.armed_at: int | None = None
         self.next_for: int | None = None
         self.prepared: bytes | None = None
 
     @property
+    def effective_from(self) -> int:
+        """From when its version takes effect (epoch s): the create or update, moved on by a resume."""
+        return self.created_at_ms // 1000 + self._effective_delta
+
+    @effective_from.setter
+    def effective_from(self, value: int) -> None:
+        self._effective_delta = value - self.created_at_ms // 1000
+
+    @property
+    def base(self) -> ScheduleSpec:
+        return self.parts.base
+
+    @property
+    def compiled(self) -> CompiledSpec:
+        return self.parts.compiled
+
+    @property
+    def policy(self) -> Policy:
+        return self.parts.policy
+
+    @property
+    def lane(self) -> Lane:
+        return self.parts.lane
+
+    @property
     def handler(self) -> str:
-        return self.base.handler
+        return self.parts.handler
 
     def spec(self) -> ScheduleSpec:
         """The schedule's full spec (rebuilt; off the hot path)."""
-        return self.base if not self.payload else self.base.replace(payload=self.payload)
+        base = self.parts.base
+        return base if not self.payload else base.replace(payload=self.payload)
 
     def __repr__(self) -> str:
         return f"Entry({self.schedule_id!r} v{self.version} {self.state} next={self.next_for})"

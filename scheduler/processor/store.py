@@ -118,8 +118,9 @@ class ShardStore:
     def available(self, e: Entry, f: int) -> int:
         """``available_at`` of ``e``'s occurrence at ``f`` (:func:`scheduler.domain.available_at`);
         the strict test is repeated here only to save a call per strict fire (the burst path)."""
-        window_s = e.policy.window_s
-        return available_at(e.compiled, e.schedule_id, e.version, f, window_s) if window_s else f
+        parts = e.parts
+        window_s = parts.policy.window_s
+        return available_at(parts.compiled, e.schedule_id, e.version, f, window_s) if window_s else f
 
     def arm_from(self, e: Entry, after: int, first: dict[tuple[int, int], int | None] | None = None) -> bool:
         """Arm ``e`` at its first occurrence with ``scheduled_for > after`` that is past its lane cursor.
@@ -130,16 +131,18 @@ class ShardStore:
         of one spec mostly start from the same second (their lane cursor), and a compiled spec is
         a pure function of time.
         """
-        q = self.queue(e.tenant, e.lane)
+        parts = e.parts
+        compiled = parts.compiled
+        q = self.queue(e.tenant, parts.lane)
         cur = q.cursor
-        start = max(after, e.effective_from - 1, cur[0] - e.policy.window_s - 1)
+        start = max(after, e.effective_from - 1, cur[0] - parts.policy.window_s - 1)
         if first is None:
-            f = e.compiled.next_after_epoch(start)
+            f = compiled.next_after_epoch(start)
         else:
-            key = (id(e.compiled), start)
+            key = (id(compiled), start)
             f = first.get(key, -1)  # -1: not known yet (a fire time is after start, and start >= -1)
             if f == -1:
-                f = first[key] = e.compiled.next_after_epoch(start)
+                f = first[key] = compiled.next_after_epoch(start)
         while f is not None:
             avail = self.available(e, f)
             if (avail, e.schedule_id) > cur:
@@ -147,7 +150,7 @@ class ShardStore:
                 e.prepared = None
                 q.arm(e, avail)
                 return True
-            f = e.compiled.next_after_epoch(f)
+            f = compiled.next_after_epoch(f)
         e.next_for = None
         q.disarm(e)
         return False

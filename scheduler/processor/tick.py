@@ -208,24 +208,25 @@ def fire(
         f = e.next_for
         if f is None or e.state != ACTIVE:
             continue
-        pol = e.policy
+        parts = e.parts
+        pol = parts.policy
         window = pol.window_s
         avail = available(e, f) if window else f
         if ref - avail > pol.max_lateness_s:
             nxt = misfire(store, e, f, ref, out)
         elif pol.overlap != _ALLOW and not admit(store, e, f, avail, out):
-            nxt = e.compiled.next_after_epoch(f)
+            nxt = parts.compiled.next_after_epoch(f)
         else:
             # tuple.__new__ directly: the NamedTuple's own __new__ is a Python frame per occurrence
             occ: DueOccurrence = new(DueOccurrence, (  # type: ignore[call-overload]
-                e.schedule_id, e.tenant, e.version, f, avail, int(e.lane), e.base.handler, e.payload, 1,
+                e.schedule_id, e.tenant, e.version, f, avail, int(parts.lane), parts.handler, e.payload, 1,
                 e.prepared,
             ))
             append(occ)
             emitted += 1
             if throttled_from is not None and now > max(avail, throttled_from):
                 out.throttled_by(occ, now - max(avail, throttled_from), quota)
-            nxt = e.compiled.next_after_epoch(f)
+            nxt = parts.compiled.next_after_epoch(f)
             if arm is not None and nxt is not None:  # _rearm without its calls
                 e.prepared = None
                 e.next_for = nxt
