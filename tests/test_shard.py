@@ -253,11 +253,14 @@ def test_an_entry_keeps_its_rare_fields_its_own_and_its_effective_time_exact() -
     b.finished_at = None  # a None write keeps the shared holder
     assert Entry("c", "t", 1, "ACTIVE", parts, b"", 0, None).finished_at is None
     assert (a.effective_from, b.effective_from) == (T0 + 7, T0 - 10**9)
+    a2 = Entry("a2", "t", 1, "ACTIVE", parts, b"", T0 + 7, None, created_at_ms=T0 * 1000 + 999)
+    assert a2._times is a._times  # the entries created alike share their times
     a.effective_from = T0 + 3600
+    assert a2.effective_from == T0 + 7
     assert a.effective_from == T0 + 3600 and a.created_at_ms == T0 * 1000 + 999
     assert (a.lane, a.handler, a.compiled, a.policy, a.base) == (
         Lane.STRICT, "h", parts.compiled, parts.policy, parts.base)
-    public = {n for n in Entry.__slots__ if not n.startswith("_")} | {"effective_from", "paused_at_ms",
-                                                                       "resumed_at_ms", "last_request_id",
-                                                                       "finished_at"}
+    properties = {"created_at_ms", "effective_from", "paused_at_ms", "resumed_at_ms", "last_request_id",
+                  "finished_at"}
+    public = {n for n in Entry.__slots__ if not n.startswith("_")} | properties
     assert set(Entry.FIELDS) == public

@@ -126,16 +126,17 @@ def spec_parts_by(key: Hashable, build: Callable[[], ScheduleSpec]) -> SpecParts
     return parts
 
 
-_SHARED_INTS: dict[int, int] = {}
-_SHARED_INTS_LIMIT = 65_536  # distinct values held; past it the table starts over (a cache)
+_TIMES: dict[tuple[int, int], tuple[int, int]] = {}
+_TIMES_LIMIT = 65_536  # distinct pairs held; past it the table starts over (a cache)
 
 
-def shared_int(v: int) -> int:
-    """``v`` as one int object per value: the entries created in one second share their
-    ``created_at_ms`` (32 B each otherwise, a tenth of an entry's memory)."""
-    got = _SHARED_INTS.setdefault(v, v)
-    if got is v and len(_SHARED_INTS) > _SHARED_INTS_LIMIT:
-        _SHARED_INTS.clear()
+def shared_times(created_at_ms: int, effective_from: int) -> tuple[int, int]:
+    """``(created_at_ms, effective_from)`` as one tuple per distinct pair: the entries created in
+    one second share theirs (a slot and two ints less per entry, about 80 B)."""
+    pair = (created_at_ms, effective_from)
+    got = _TIMES.setdefault(pair, pair)
+    if got is pair and len(_TIMES) > _TIMES_LIMIT:
+        _TIMES.clear()
     return got
 
 
@@ -194,10 +195,9 @@ class Entry:
     """
 
     __slots__ = (
-        "_effective_delta",
         "_rare",
+        "_times",
         "armed_at",
-        "created_at_ms",
         "idempotency_key",
         "next_for",
         "parts",
@@ -243,8 +243,7 @@ class Entry:
         self.parts = parts
         self.payload = payload
         self.idempotency_key = idempotency_key
-        self.created_at_ms = shared_int(created_at_ms)
-        self._effective_delta = effective_from - created_at_ms // 1000
+        self._times = shared_times(created_at_ms, effective_from)
         if paused_at_ms is None and resumed_at_ms is None and last_request_id is None and finished_at is None:
             self._rare = _NO_RARE
         else:
@@ -254,13 +253,17 @@ class Entry:
         self.prepared: bytes | None = None
 
     @property
+    def created_at_ms(self) -> int:
+        return self._times[0]
+
+    @property
     def effective_from(self) -> int:
         """From when its version takes effect (epoch s): the create or update, moved on by a resume."""
-        return self.created_at_ms // 1000 + self._effective_delta
+        return self._times[1]
 
     @effective_from.setter
     def effective_from(self, value: int) -> None:
-        self._effective_delta = value - self.created_at_ms // 1000
+        self._times = shared_times(self._times[0], value)
 
     @property
     def base(self) -> ScheduleSpec:
