@@ -27,6 +27,7 @@ from test_history_queries_e2e import _logs_in, _wait
 
 from scheduler.api.app import create_app, start_services
 from scheduler.api.deps import Services
+from scheduler.api.models import OccurrenceOut, ScheduleDetail
 from scheduler.bench.common import free_port
 from scheduler.cli import main
 from scheduler.demo.api import wait_ready
@@ -142,6 +143,15 @@ def _problem(r: Any, status: int, field: str | None = None) -> dict[str, Any]:
     return body
 
 
+def _is_schedule_detail(body: dict[str, Any]) -> None:
+    """describe answers a pre-serialised Response (no response_model pass): it must still be exactly
+    what the model would have produced, field for field and in its order."""
+    assert body == ScheduleDetail.model_validate(body).model_dump(mode="json")
+    assert list(body) == list(ScheduleDetail.model_fields)
+    for o in body["last_occurrences"]:
+        assert list(o) == list(OccurrenceOut.model_fields)
+
+
 def test_create_twice_describe_patch_stale_pause_resume_cancel(ready: Api) -> None:
     h, me = ready.http, ready.as_(A)
     r1 = h.post("/v1/schedules", json=_spec(), headers={**me, "Idempotency-Key": "nightly"})
@@ -166,6 +176,7 @@ def test_create_twice_describe_patch_stale_pause_resume_cancel(ready: Api) -> No
         3,
     )
     assert d.headers["ETag"] == '"1"'
+    _is_schedule_detail(body)
 
     p = h.patch(f"/v1/schedules/{sid}", json={"cron": "30 3 * * *"}, headers={**me, "If-Match": '"1"'})
     assert p.status_code == 200 and p.json()["version"] == 2 and p.headers["ETag"] == '"2"', p.text
@@ -190,6 +201,7 @@ def test_create_twice_describe_patch_stale_pause_resume_cancel(ready: Api) -> No
     assert [s["schedule_id"] for s in listed["items"]] == [sid]
     assert h.post(f"/v1/schedules/{sid}:resume", headers=me).status_code == 200
     described = h.get(f"/v1/schedules/{sid}", headers=me).json()
+    _is_schedule_detail(described)
     assert (described["state"], described["cron"], described["version"]) == ("ACTIVE", "0 6 * * *", 3)
 
     c = h.delete(f"/v1/schedules/{sid}", headers=me)
