@@ -1,6 +1,6 @@
 """``ksched bench reports``: the processor's intake of attempt reports in-process, without Kafka.
 
-N one-time schedules of one tenant fire in a :class:`~scheduler.processor.shard.Shard` (as in
+N hourly schedules of one tenant fire in a :class:`~scheduler.processor.shard.Shard` (as in
 ``ksched bench fire``); each dispatch record is read back the way a worker reads it and answered
 with the worker's own encoder (:class:`~scheduler.worker.reports.Reporter`): one final SUCCEEDED
 report carrying its start time, as fast handlers send (``--started``: a STARTED report then the

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scheduler.domain import occurrence_id
 from scheduler.domain.backoff import retry_delay_s
+from scheduler.domain.ids import occurrence_id_of
 from scheduler.processor.attempts import (
     Attempt,
     Attempts,
@@ -178,7 +178,7 @@ def invalid_report(
         return f"version {version} of schedule {schedule_id} does not exist (current version {e.version})"
     if attempt < 1:
         return f"attempt {attempt} does not exist (attempts count from 1)"
-    if oid != occurrence_id(schedule_id, version, scheduled_for):
+    if oid != occurrence_id_of(schedule_id, version, scheduled_for):
         return (f"occurrence_id {oid} is not H(schedule_id, version={version}, "
                 f"scheduled_for={scheduled_for}) of schedule {schedule_id}")
     return None
