@@ -5,11 +5,11 @@ N hourly schedules of one tenant fire in a :class:`~scheduler.processor.shard.Sh
 with the worker's own encoder (:class:`~scheduler.worker.reports.Reporter`): one final SUCCEEDED
 report carrying its start time, as fast handlers send (``--started``: a STARTED report then the
 final one, as pool handlers send). The reports then go through the processor's real intake,
-:meth:`scheduler.processor.inbox.Inbox.take` (scan → fence → apply → occurrence-event encode →
-produce into a producer that counts). Figures are the main thread's CPU µs per report, so they
-hold on a loaded machine. A second shard, fed the same reports, runs the intake's stages one at
-a time over the whole batch (scan all, apply all, write all) to split that figure by stage without
-a clock call per record. Exits 1 unless every report was applied once.
+the runtime's :meth:`scheduler.processor.inbox.Inbox.take_all` (scan → fence → apply →
+occurrence-event encode → produce into a producer that counts). Figures are the main thread's
+CPU µs per report, so they hold on a loaded machine. A second shard, fed the same reports, runs
+the intake's stages one at a time over the whole batch (scan all, apply all, write all) to split
+that figure by stage without a clock call per record. Exits 1 unless every report was applied once.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     checkpoints = Checkpoints(settings, 1)
     topic = topic_name(settings, "commands", _TENANT)
     runs: list[dict[str, Any]] = []
-    for _ in range(2):  # run 0: Inbox.take per record; run 1: the same stages over the batch
+    for _ in range(2):  # run 0: Inbox.take_all as the runtime calls it; run 1: the same stages over the batch
         shard, dispatched = _fired_shard(n, due)
         raws = _reports(dispatched, args.started)
         msgs = [Message(topic=topic, partition=0, offset=off, value=raw) for off, raw in enumerate(raws)]
@@ -132,10 +132,10 @@ def _run(args: argparse.Namespace) -> int:
         with Heap.quiet():
             if not runs:
                 t0 = time.thread_time()
-                bugs = sum(inbox.take(shard, cp, m, now) for m in msgs)
+                bugs = int(inbox.take_all(shard, cp, msgs, now))
                 run["total_s"] = time.thread_time() - t0
                 run["bugs"] = bugs
-            else:  # the stages Inbox.take chains, each over the whole batch
+            else:  # the stages Inbox.take_all chains, each over the whole batch
                 t0 = time.thread_time()
                 scanned = [scan(raw) for raw in raws]
                 t1 = time.thread_time()
