@@ -199,7 +199,8 @@ def unknown_occurrence(e: Entry, version: int, scheduled_for: int, now: int) -> 
     if version == e.version:
         if e.compiled.next_after_epoch(scheduled_for - 1) != scheduled_for:
             return f"scheduled_for {scheduled_for} is not a fire time of version {version} of {e.schedule_id}"
-        if scheduled_for < version_start(e):
+        # version_start(e) <= effective_from: most reports are of later times, decided here
+        if scheduled_for < e.effective_from and scheduled_for < version_start(e):
             return (f"scheduled_for {scheduled_for} is before version {version} of {e.schedule_id} "
                     f"took effect ({version_start(e)})")
     return None
