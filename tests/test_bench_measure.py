@@ -71,3 +71,20 @@ def test_bench_fire_fires_every_schedule_once_and_reports_its_figures(tmp_path: 
     # only their presence is checked here, not their sign.
     assert isinstance(figures["prepared_head_bytes_per_schedule"], float)
     assert isinstance(figures["rss_bytes_per_schedule"], float)
+
+
+def test_bench_reports_applies_every_report_once_and_splits_its_cpu(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    from scheduler.bench import reports
+
+    for started, sent in ((False, 2000), (True, 4000)):
+        out = tmp_path / f"reports-{started}.json"
+        args = argparse.Namespace(reports=2000, started=started, json_file=str(out))
+        assert reports._run(args) == 0  # non-zero unless every report was applied exactly once
+        figures = json.loads(out.read_text())
+        assert figures["reports"] == figures["applied"] == sent and figures["ignored"] == 0
+        assert figures["succeeded_events"] == figures["events_produced"] == 2000
+        for stage in ("scan", "apply", "event_write"):
+            assert figures[f"{stage}_cpu_us_per_report"] > 0

@@ -40,9 +40,23 @@ def _trim() -> None:
     Heap.release_free_memory()
 
 
+_TENANT = "t0"
+
+
+def create(shard: Any, n: int, now: int) -> None:
+    """``n`` hourly schedules of tenant ``_TENANT`` in ``shard``, each with a payload and a key of its own
+    as callers send them."""
+    from scheduler.domain import ScheduleSpec
+
+    for i in range(n):
+        spec = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="noop",
+                            payload=os.urandom(16))
+        shard.apply(kind="CREATE", request_id=f"r{i}", tenant=_TENANT, schedule_id=None,
+                    idempotency_key=f"key-{i:09d}", expected_version=None, spec=spec, issued_at=now, now=now)
+
+
 def _run(args: argparse.Namespace) -> int:
     from scheduler.bench.common import report
-    from scheduler.domain import ScheduleSpec
     from scheduler.processor import wire
     from scheduler.processor.heap import Heap
     from scheduler.processor.shard import Shard
@@ -50,15 +64,11 @@ def _run(args: argparse.Namespace) -> int:
 
     n = args.schedules
     due = 1_800_000_000 - (1_800_000_000 % 3600)  # a top of the hour
-    shard = Shard(0, {"t0": Tenant(name="t0", trigger_rate_per_s=0, max_schedules=10 * n)}, partitions=1)
+    shard = Shard(0, {_TENANT: Tenant(name=_TENANT, trigger_rate_per_s=0, max_schedules=10 * n)},
+                  partitions=1)
     _trim()
     rss0 = _rss()
-    now = due - 600
-    for i in range(n):  # a payload and a key of each schedule's own, as callers send them
-        spec = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="noop",
-                            payload=os.urandom(16))
-        shard.apply(kind="CREATE", request_id=f"r{i}", tenant="t0", schedule_id=None,
-                    idempotency_key=f"key-{i:09d}", expected_version=None, spec=spec, issued_at=now, now=now)
+    create(shard, n, due - 600)
     _trim()
     gc.freeze()  # what Heap.settle does after commands
     rss_armed = _rss()

@@ -11,7 +11,7 @@ from typing import Any
 
 BENCH_MODULES: tuple[str, ...] = (
     "timing", "burst", "restore", "purge", "workers", "history", "queries", "reconcile", "api",
-    "capacity", "fire",
+    "capacity", "fire", "reports",
 )
 
 

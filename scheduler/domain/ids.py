@@ -40,6 +40,8 @@ _SID = b"ksched.sid.v1"
 _JIT = b"ksched.jit.v1"
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
+_VERSION_AT = struct.Struct(">qq")  # the same bytes as two _I64 packs
+_OCC_HASH = blake2b(digest_size=16, person=_OCC)
 
 
 def _lp(text: str) -> bytes:
@@ -67,8 +69,16 @@ def occurrence_id(schedule_id: str, version: int, scheduled_for: _dt.datetime | 
         raise ValueError("schedule_id must be a non-empty string")
     if isinstance(version, bool) or not isinstance(version, int):
         raise TypeError("version must be an int")
-    data = _lp(schedule_id) + _I64.pack(version) + _I64.pack(_epoch(scheduled_for))
-    return blake2b(data, digest_size=16, person=_OCC).hexdigest()
+    return occurrence_id_of(schedule_id, version, _epoch(scheduled_for))
+
+
+def occurrence_id_of(schedule_id: str, version: int, scheduled_for: int) -> str:
+    """:func:`occurrence_id` of arguments already of their types (a decoded report's: str, int,
+    epoch seconds): the processor checks it on every report, where the checks cost a fifth of it."""
+    raw = schedule_id.encode("utf-8")
+    h = _OCC_HASH.copy()  # a copy of the keyed state costs less than parsing blake2b's parameters
+    h.update(_U32.pack(len(raw)) + raw + _VERSION_AT.pack(version, scheduled_for))
+    return h.hexdigest()
 
 
 def jitter_within_s(occurrence_id: str, window_s: int) -> int:

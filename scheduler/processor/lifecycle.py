@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scheduler.domain import occurrence_id
 from scheduler.domain.backoff import retry_delay_s
+from scheduler.domain.ids import occurrence_id_of
 from scheduler.processor.attempts import (
     Attempt,
     Attempts,
@@ -178,7 +178,7 @@ def invalid_report(
         return f"version {version} of schedule {schedule_id} does not exist (current version {e.version})"
     if attempt < 1:
         return f"attempt {attempt} does not exist (attempts count from 1)"
-    if oid != occurrence_id(schedule_id, version, scheduled_for):
+    if oid != occurrence_id_of(schedule_id, version, scheduled_for):
         return (f"occurrence_id {oid} is not H(schedule_id, version={version}, "
                 f"scheduled_for={scheduled_for}) of schedule {schedule_id}")
     return None
@@ -199,7 +199,8 @@ def unknown_occurrence(e: Entry, version: int, scheduled_for: int, now: int) -> 
     if version == e.version:
         if e.compiled.next_after_epoch(scheduled_for - 1) != scheduled_for:
             return f"scheduled_for {scheduled_for} is not a fire time of version {version} of {e.schedule_id}"
-        if scheduled_for < version_start(e):
+        # version_start(e) <= effective_from: most reports are of later times, decided here
+        if scheduled_for < e.effective_from and scheduled_for < version_start(e):
             return (f"scheduled_for {scheduled_for} is before version {version} of {e.schedule_id} "
                     f"took effect ({version_start(e)})")
     return None

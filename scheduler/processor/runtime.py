@@ -290,9 +290,8 @@ class Processor:
         cp = self.checkpoints.open(owned, msgs, clock, self.failpoint)
         try:
             cp.begin()  # 1
-            for m in msgs:  # 2. the commands and reports
-                if self.inbox.take(owned.shard, cp, m, now):
-                    owned.rebuild = True
+            if self.inbox.take_all(owned.shard, cp, msgs, now):  # 2. the commands and reports
+                owned.rebuild = True
             self.quotas.attach(owned.shard)
             # 2. the occurrences now due
             cp.due(owned.shard.due(int(self._emit_clock(now)), self.tick_budget, clock))

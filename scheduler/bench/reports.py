@@ -1,0 +1,180 @@
+"""``ksched bench reports``: the processor's intake of attempt reports in-process, without Kafka.
+
+N hourly schedules of one tenant fire in a :class:`~scheduler.processor.shard.Shard` (as in
+``ksched bench fire``); each dispatch record is read back the way a worker reads it and answered
+with the worker's own encoder (:class:`~scheduler.worker.reports.Reporter`): one final SUCCEEDED
+report carrying its start time, as fast handlers send (``--started``: a STARTED report then the
+final one, as pool handlers send). The reports then go through the processor's real intake,
+the runtime's :meth:`scheduler.processor.inbox.Inbox.take_all` (scan → fence → apply →
+occurrence-event encode → produce into a producer that counts). Figures are the main thread's
+CPU µs per report, so they hold on a loaded machine. A second shard, fed the same reports, runs
+the intake's stages one at a time over the whole batch (scan all, apply all, write all) to split
+that figure by stage without a clock call per record. Exits 1 unless every report was applied once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import secrets
+import time
+from typing import Any
+
+from scheduler.bench.fire import _TENANT, _trim, create
+
+_STAGES = ("scan_s", "apply_s", "write_s")
+
+
+class _CountingProducer:
+    """Takes what a checkpoint produces and counts it by topic (nothing leaves the process)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: Any) -> None:
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "reports", help="the processor's intake of attempt reports in-process: CPU µs per report"
+    )
+    p.add_argument("--reports", type=int, default=200_000, help="final reports (one per occurrence)")
+    p.add_argument("--started", action="store_true",
+                   help="send a STARTED report before each final one (pool handlers); default: final only")
+    p.add_argument("--json", dest="json_file", default="bench-out/reports.json")
+    p.set_defaults(handler=_run)
+
+
+def _fired_shard(n: int, due: int) -> tuple[Any, list[bytes]]:
+    """A shard with ``n`` occurrences emitted at ``due``, and their encoded dispatch records."""
+    from scheduler.processor import wire
+    from scheduler.processor.heap import Heap
+    from scheduler.processor.shard import Shard
+    from scheduler.tenants import Tenant
+
+    tenants = {_TENANT: Tenant(name=_TENANT, trigger_rate_per_s=0, max_schedules=10 * n)}
+    shard = Shard(0, tenants, partitions=1)
+    create(shard, n, due - 600)
+    stamp = wire.dispatch_stamp(due * 1000)
+    dispatched: list[bytes] = []
+    with Heap.quiet():
+        while True:
+            out = shard.due(due, 20_000, float(due))
+            if not out.dispatch:
+                break
+            dispatched.extend(wire.encode_dispatch(occ, stamp) for occ in out.dispatch)
+    return shard, dispatched
+
+
+def _reports(dispatched: list[bytes], started: bool) -> list[bytes]:
+    """The reports a worker sends for ``dispatched``, by its own reader and encoder."""
+    from scheduler.records.worker_scan import scan_occurrence
+    from scheduler.vocabulary import AttemptReportKind
+    from scheduler.worker.reports import Reporter, now_ms
+
+    reporter = Reporter(None, "", "worker-bench-0123456789")  # type: ignore[arg-type]  # build() only
+    out: list[bytes] = []
+    for value in dispatched:
+        scanned = scan_occurrence(value)
+        assert scanned is not None, "the worker's scanner must read the processor's dispatch record"
+        occ, ident = scanned[0], value[10:scanned[1]]
+        token = secrets.token_hex(16)
+        started_ms = now_ms()
+        if started:
+            out.append(reporter.build(occ, token, AttemptReportKind.STARTED, ident=ident))
+        out.append(reporter.build(occ, token, AttemptReportKind.SUCCEEDED, started_at_ms=started_ms,
+                                  ident=ident))
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from confluent_kafka import Message, TopicPartition
+
+    from scheduler.bench.common import report
+    from scheduler.processor import inbox as inbox_mod
+    from scheduler.processor.checkpoint import Checkpoints
+    from scheduler.processor.heap import Heap
+    from scheduler.processor.inbox import Inbox
+    from scheduler.processor.metrics import ProcessorMetrics
+    from scheduler.processor.ownership import OwnedShard
+    from scheduler.records.report_scan import scan
+    from scheduler.settings import load_settings
+    from scheduler.topology import topic_name
+
+    n = args.reports
+    due = 1_800_000_000 - (1_800_000_000 % 3600)
+    now = due + 1
+    settings = load_settings(env={})
+    checkpoints = Checkpoints(settings, 1)
+    topic = topic_name(settings, "commands", _TENANT)
+    runs: list[dict[str, Any]] = []
+    for _ in range(2):  # run 0: Inbox.take_all as the runtime calls it; run 1: the same stages over the batch
+        shard, dispatched = _fired_shard(n, due)
+        raws = _reports(dispatched, args.started)
+        msgs = [Message(topic=topic, partition=0, offset=off, value=raw) for off, raw in enumerate(raws)]
+        producer = _CountingProducer()
+        owned = OwnedShard(shard=shard, producer=producer,  # type: ignore[arg-type]
+                           partition=TopicPartition(topic, 0))
+        cp = checkpoints.open(owned, msgs, float(now), lambda _name: None)  # type: ignore[arg-type]
+        cp.begin()
+        metrics = ProcessorMetrics()
+        inbox = Inbox({_TENANT: shard.tenants[_TENANT]}, metrics, checkpoints.topics)
+        _trim()
+        gc.freeze()
+        run: dict[str, Any] = {"producer": producer, "metrics": metrics, "cp": cp}
+        with Heap.quiet():
+            if not runs:
+                t0 = time.thread_time()
+                bugs = int(inbox.take_all(shard, cp, msgs, now))
+                run["total_s"] = time.thread_time() - t0
+                run["bugs"] = bugs
+            else:  # the stages Inbox.take_all chains, each over the whole batch
+                t0 = time.thread_time()
+                scanned = [scan(raw) for raw in raws]
+                t1 = time.thread_time()
+                results = [inbox_mod.apply_report(shard, rep, now) for rep in scanned]  # type: ignore[arg-type]
+                t2 = time.thread_time()
+                for res in results:
+                    if res.events or res.dead:
+                        cp.lifecycle(res.events, res.dead, now)
+                t3 = time.thread_time()
+                run.update(scan_s=t1 - t0, apply_s=t2 - t1, write_s=t3 - t2,
+                           bugs=sum(r is None for r in scanned) + sum(r.ignored is not None for r in results))
+        gc.unfreeze()
+        runs.append(run)
+    whole, staged = runs
+    sent = len(whole["cp"].records)
+    events_topic = checkpoints.topics.of("occurrence-events", _TENANT)
+    ignored = _total(whole["metrics"], "ksched_attempt_reports_ignored_total")
+    applied = _total(whole["metrics"], "ksched_attempt_reports_total") - ignored
+    done = whole["cp"].events.get((_TENANT, "SUCCEEDED"), 0)
+    fig = {
+        "reports": sent,
+        "occurrences": n,
+        "started": bool(args.started),
+        "applied": applied,
+        "ignored": ignored,
+        "succeeded_events": done,
+        "events_produced": whole["producer"].counts.get(events_topic, 0),
+        "cpu_us_per_report": 1e6 * whole["total_s"] / max(1, sent),
+        "scan_cpu_us_per_report": 1e6 * staged["scan_s"] / max(1, sent),
+        "apply_cpu_us_per_report": 1e6 * staged["apply_s"] / max(1, sent),
+        "event_write_cpu_us_per_report": 1e6 * staged["write_s"] / max(1, sent),
+        "staged_cpu_us_per_report": 1e6 * sum(staged[k] for k in _STAGES) / max(1, sent),
+        "reports_per_cpu_s": sent / max(1e-9, whole["total_s"]),
+    }
+    report(fig, args.json_file)
+    once = applied == sent and ignored == 0 and done == n and whole["bugs"] == 0 and staged["bugs"] == 0
+    return 0 if once else 1
+
+
+def _total(metrics: Any, name: str) -> int:
+    """The sum over the labelled children of counter ``name`` in the processor's registry."""
+    return int(sum(s.value for fam in metrics.registry.collect() for s in fam.samples if s.name == name))
