@@ -216,6 +216,29 @@ def test_a_completed_one_time_schedule_can_still_be_canceled_or_rescheduled() ->
     assert again.code == "TERMINAL"
 
 
+def test_a_burst_of_one_time_schedules_writes_their_completions_once_the_budget_has_room() -> None:
+    """A COMPLETED record costs ~10x a dispatch: none while the emission fills the tick budget,
+    then each once, in a tick with room; one changed meanwhile (canceled, updated) is not written."""
+    s = shard()
+    once = ScheduleSpec(kind="once", at="2027-01-15T10:00:00", timezone="UTC", handler="h")
+    for i in range(10):
+        create(s, f"o{i}", once, T0)
+    at = s.entries["o0"].next_for
+    assert at is not None
+    full = s.due(at, 6, float(at))
+    assert len(full.dispatch) == 6 and full.completed == []  # the budget is full: later
+    assert sum(e.state == "COMPLETED" for e in s.entries.values()) == 6  # in memory at once
+    s.apply(kind="CANCEL", request_id="x", tenant="a", schedule_id="o0", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=at, now=at)
+    later = ScheduleSpec(kind="once", at="2027-01-16T10:00:00", timezone="UTC", handler="h")
+    assert s.apply(kind="UPDATE", request_id="y", tenant="a", schedule_id="o1", idempotency_key=None,
+                   expected_version=1, spec=later, issued_at=at, now=at).accepted
+    rest = s.due(at, 6, float(at))
+    assert len(rest.dispatch) == 4
+    assert sorted(e.schedule_id for e in rest.completed) == [f"o{i}" for i in range(2, 10)]
+    assert s.due(at + 1, 6, float(at + 1)).completed == []  # each written once
+
+
 def test_due_backlog_counts_what_a_budget_left_behind() -> None:
     s = shard()
     for i in range(50):

@@ -7,7 +7,8 @@
 1. creates a lane queue for every restored cursor (an idle lane's cursor must
    follow time too: it bounds the watermark);
 2. arms every ACTIVE schedule from its lane cursor; one with no fire time left
-   is COMPLETED;
+   is COMPLETED, its record written by the next ticks (a completion a tick had
+   left for later when the shard changed hands);
 3. adopts each schedule's persisted runtime state — catch-up backlog, attempts
    in flight or waiting to retry, fencing markers, the QUEUE_ONE occurrence —
    unless it belongs to another version (stale: rewritten by the next tick).
@@ -32,7 +33,7 @@ def finish_restore(store: ShardStore, now: int = 0) -> None:
     first: dict[tuple[int, int], int | None] = {}  # shared by the schedules of one spec
     for e in store.entries.values():
         if e.state == ACTIVE and not store.arm_from(e, -1, first):
-            store.complete(e, now or e.effective_from)
+            store.complete_later(e, now or e.effective_from)
     for sid, view in sorted(store.restored_runtime.items()):
         owner = store.entries.get(sid)
         if owner is None or owner.version != view.version or owner.state not in (ACTIVE, COMPLETED):
