@@ -62,11 +62,16 @@ def test_bench_fire_fires_every_schedule_once_and_reports_its_figures(tmp_path: 
     from scheduler.bench import fire
 
     out = tmp_path / "fire.json"
-    args = argparse.Namespace(schedules=3000, budget=700, json_file=str(out))
+    args = argparse.Namespace(schedules=3000, budget=700, kind="cron", json_file=str(out))
     assert fire._run(args) == 0  # non-zero when a schedule did not fire exactly once
     figures = json.loads(out.read_text())
-    assert figures["fired"] == 3000 and figures["ticks"] == 5
+    assert figures["fired"] == 3000 and figures["ticks"] == 5 and figures["completed"] == 0
     assert figures["cpu_us_per_occurrence"] > 0
+    once = argparse.Namespace(schedules=3000, budget=700, kind="once", json_file=str(out))
+    assert fire._run(once) == 0  # and unless each one-time schedule's completion was written once
+    figures = json.loads(out.read_text())
+    assert figures["fired"] == figures["completed"] == 3000 and figures["ticks"] == 5
+    assert figures["complete_cpu_us_per_occurrence"] > 0
     # RSS deltas are measurements: over 3,000 schedules the allocator may hand pages back, so
     # only their presence is checked here, not their sign.
     assert isinstance(figures["prepared_head_bytes_per_schedule"], float)

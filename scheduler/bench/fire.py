@@ -7,6 +7,10 @@ record is encoded and handed to a ``produce`` that drops it. The figures are the
 time per occurrence for ``due`` and for encoding, so they hold on a loaded machine where the
 burst's wall-clock figures do not; ``ksched bench burst`` measures the whole path against the
 broker. Also reported: RSS per armed schedule and what the prepared heads add.
+
+``--kind once``: one-time schedules instead, each completed by its fire; their COMPLETED records
+(two ``Schedule`` encodings each, as the checkpoint writes them) are timed apart
+(``complete_cpu_us_per_occurrence``), and the burst's own figures end with its last dispatch.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--schedules", type=int, default=300_000)
     p.add_argument("--budget", type=int, default=20_000, help="dispatches per tick (tick_budget)")
+    p.add_argument("--kind", choices=("cron", "once"), default="cron",
+                   help="hourly schedules (default), or one-time ones completed by their fire")
     p.add_argument("--json", dest="json_file", default="bench-out/fire.json")
     p.set_defaults(handler=_run)
 
@@ -43,21 +49,23 @@ def _trim() -> None:
 _TENANT = "t0"
 
 
-def create(shard: Any, n: int, now: int) -> None:
+def create(shard: Any, n: int, now: int, once_at: int | None = None) -> None:
     """``n`` hourly schedules of tenant ``_TENANT`` in ``shard``, each with a payload and a key of its own
-    as callers send them."""
+    as callers send them; ``once_at``: one-time schedules due then instead."""
     from scheduler.domain import ScheduleSpec
 
+    at = None if once_at is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(once_at))
     for i in range(n):
-        spec = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="noop",
-                            payload=os.urandom(16))
+        spec = (ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="noop",
+                             payload=os.urandom(16)) if at is None else
+                ScheduleSpec(kind="once", at=at, timezone="UTC", handler="noop", payload=os.urandom(16)))
         shard.apply(kind="CREATE", request_id=f"r{i}", tenant=_TENANT, schedule_id=None,
                     idempotency_key=f"key-{i:09d}", expected_version=None, spec=spec, issued_at=now, now=now)
 
 
 def _run(args: argparse.Namespace) -> int:
     from scheduler.bench.common import report
-    from scheduler.processor import wire
+    from scheduler.processor import wire, wire_state
     from scheduler.processor.heap import Heap
     from scheduler.processor.shard import Shard
     from scheduler.tenants import Tenant
@@ -68,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
                   partitions=1)
     _trim()
     rss0 = _rss()
-    create(shard, n, due - 600)
+    create(shard, n, due - 600, due if args.kind == "once" else None)
     _trim()
     gc.freeze()  # what Heap.settle does after commands
     rss_armed = _rss()
@@ -85,8 +93,9 @@ def _run(args: argparse.Namespace) -> int:
 
     stamp = wire.dispatch_stamp(due * 1000)
     encode = wire.encode_dispatch
-    due_s = encode_s = 0.0
-    total = ticks = 0
+    change = wire_state.encode_schedule_change
+    due_s = encode_s = complete_s = 0.0
+    total = ticks = completed = 0
     fired: set[str] = set()
     while True:
         with Heap.quiet():
@@ -96,9 +105,19 @@ def _run(args: argparse.Namespace) -> int:
             for occ in out.dispatch:
                 produce("dispatch", encode(occ, stamp), occ.schedule_id.encode(), partition=0)
             t2 = time.thread_time()
-        due_s, encode_s = due_s + t1 - t0, encode_s + t2 - t1
-        if not out.dispatch:
+            for e in out.completed:  # what Checkpoint.due writes for each
+                sched, _, version = change(e, wire_state.COMPLETION, f"complete-{e.schedule_id}", due, shard)
+                produce("schedules", sched, e.schedule_id.encode())
+                produce("versions", version, e.schedule_id.encode())
+            t3 = time.thread_time()
+        completed += len(out.completed)
+        if out.dispatch:  # the completions of a burst's last tick are not its dispatches' cost
+            due_s, encode_s = due_s + t1 - t0, encode_s + t2 - t1
+        complete_s += t3 - t2
+        if not out.dispatch and not out.completed:
             break
+        if not out.dispatch:
+            continue
         total += len(out.dispatch)
         fired.update(o.schedule_id for o in out.dispatch)
         ticks += 1
@@ -110,8 +129,11 @@ def _run(args: argparse.Namespace) -> int:
         "due_cpu_us_per_occurrence": 1e6 * due_s / max(1, total),
         "encode_cpu_us_per_occurrence": 1e6 * encode_s / max(1, total),
         "cpu_us_per_occurrence": 1e6 * (due_s + encode_s) / max(1, total),
+        "kind": args.kind,
+        "completed": completed,
+        "complete_cpu_us_per_occurrence": 1e6 * complete_s / max(1, total),
         "rss_bytes_per_schedule": (rss_armed - rss0) / n,
         "prepared_head_bytes_per_schedule": (rss_prepared - rss_armed) / n,
     }
     report(out_fig, args.json_file)
-    return 0 if total == len(fired) == n else 1
+    return 0 if total == len(fired) == n and completed == (n if args.kind == "once" else 0) else 1
