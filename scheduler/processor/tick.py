@@ -26,7 +26,7 @@ from scheduler.vocabulary import Lane, Misfire, OccurrenceState, Overlap
 _ALLOW = Overlap.ALLOW
 MISFIRE_SCAN_LIMIT = 10_000  # occurrences examined per schedule per misfire pass
 PURGE_PER_TICK = 1_000  # finished schedules dropped per tick: keeps a mass expiry's transactions short
-# COMPLETED records written per tick that has emission budget left (~25 µs each: ~50 ms a tick);
+# COMPLETED records written per tick that has emission budget left (~37 µs each: ~75 ms a tick);
 # none while a burst fills the budget (ShardStore.complete_later).
 COMPLETIONS_PER_TICK = 2_000
 
