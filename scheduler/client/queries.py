@@ -128,6 +128,13 @@ class HistoryReader:
         while len(self._written) > WRITTEN_LIMIT:  # a long-lived API process: bounded memory
             self._written.pop(next(iter(self._written)), None)
 
+    def answers_at_once(self, tenant: str, schedule_id: str) -> bool:
+        """Whether a read of ``schedule_id`` neither waits for read-your-writes (no change of it
+        accepted by this process is still unseen) nor crosses a network (the store is a local
+        SQLite file, read in well under a millisecond): an event loop may then read it itself."""
+        local = sqlite_path(self.settings.history_dsn, self.settings.history_default_sqlite) is not None
+        return local and (tenant, schedule_id) not in self._written
+
     def _caught_up(self, tenant: str, schedule_id: str) -> bool:
         """Whether the store has indexed the last change this process got accepted. Checked before
         the schedule is read, never after: a change indexed between a read and this check would
