@@ -212,7 +212,8 @@ async def describe(
     # loop, without the thread pool's hop (64 threads waking and taking turns on the GIL: the
     # wall time py-spy saw in the selects, docs/decisions.md). A read that may wait (read-your-
     # writes, a PostgreSQL store) or many rows go to a thread.
-    at_once = next + last <= _ON_LOOP_ROWS and svc.router.history.answers_at_once(tenant, sid)
+    with answering("schedule_id", sid):
+        at_once = next + last <= _ON_LOOP_ROWS and svc.router.history.answers_at_once(tenant, sid)
     d = described() if at_once else await anyio.to_thread.run_sync(described)
     # A Response skips FastAPI's second pass through response_model (validate, then dump): the dict
     # already has ScheduleDetail's shape (tests/test_api_describe_fast.py), and the spec is unchanged.

@@ -129,11 +129,12 @@ class HistoryReader:
             self._written.pop(next(iter(self._written)), None)
 
     def answers_at_once(self, tenant: str, schedule_id: str) -> bool:
-        """Whether a read of ``schedule_id`` neither waits for read-your-writes (no change of it
-        accepted by this process is still unseen) nor crosses a network (the store is a local
-        SQLite file, read in well under a millisecond): an event loop may then read it itself."""
+        """Whether a read of ``schedule_id`` neither waits for read-your-writes (the store already
+        shows the last change of it this process got accepted: one indexed select to know) nor
+        crosses a network (the store is a local SQLite file, read in well under a millisecond):
+        an event loop may then read it itself. Raises what a read raises (store not fed, ...)."""
         local = sqlite_path(self.settings.history_dsn, self.settings.history_default_sqlite) is not None
-        return local and (tenant, schedule_id) not in self._written
+        return local and ((tenant, schedule_id) not in self._written or self._caught_up(tenant, schedule_id))
 
     def _caught_up(self, tenant: str, schedule_id: str) -> bool:
         """Whether the store has indexed the last change this process got accepted. Checked before
