@@ -208,7 +208,7 @@ async def describe(
         with answering("schedule_id", sid):
             return svc.router.describe(tenant, sid, next_count=next, last_count=last)
 
-    # A local SQLite store answers a describe's four selects in well under a millisecond: on the
+    # A local SQLite store answers a describe's selects in well under a millisecond: on the
     # loop, without the thread pool's hop (64 threads waking and taking turns on the GIL: the
     # wall time py-spy saw in the selects, docs/decisions.md). A read that may wait (read-your-
     # writes, a PostgreSQL store) or many rows go to a thread.
