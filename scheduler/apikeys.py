@@ -144,6 +144,20 @@ class KeyChecker:
         self._hashing: dict[bytes, threading.Lock] = {}  # sha256(key) -> held while it is hashed
         self._lock = threading.Lock()
 
+    def without_hashing(self, key: str) -> tuple[bool, str | None]:
+        """``(True, tenant_of(key))`` when that is answered without a scrypt (a malformed, unknown or
+        revoked key, or one checked within ``ttl_s``), else ``(False, None)``: for a caller that must
+        not block (the API's event loop) and hands the rest to a thread."""
+        try:
+            key_id, _ = parse(key)
+        except ApiKeyError:
+            return True, None
+        found = self._find(key_id)
+        if found is None or not found[1].active:
+            return True, None
+        known = self._known(hashlib.sha256(key.encode()).digest(), found[0], key_id)
+        return (False, None) if known is None else (True, found[0] if known else None)
+
     def tenant_of(self, key: str) -> str | None:
         """The tenant whose active key ``key`` is, or None (malformed, unknown, wrong, revoked)."""
         try:

@@ -28,6 +28,7 @@ from test_history_queries_e2e import _logs_in, _wait
 from scheduler.api.app import create_app, start_services
 from scheduler.api.deps import Services
 from scheduler.api.models import OccurrenceOut, ScheduleDetail
+from scheduler.bench.api import api_workers
 from scheduler.bench.common import free_port
 from scheduler.cli import main
 from scheduler.demo.api import wait_ready
@@ -406,22 +407,75 @@ def test_over_its_request_rate_a_tenant_gets_429_with_retry_after_from_a_real_ap
 
 
 @contextmanager
-def _api_process(ready: Api, tmp_path: Path, name: str, **env: str) -> Iterator[str]:
-    """``ksched api`` as a process of its own on the test's stack: its base URL, once it answers."""
+def _api_process(
+    ready: Api, tmp_path: Path, name: str, *args: str, **env: str
+) -> Iterator[str]:
+    """``ksched api ARGS`` as a process of its own on the test's stack: its base URL, once it answers."""
+    with _api_popen(ready, tmp_path, name, *args, **env) as (base, _):
+        yield base
+
+
+@contextmanager
+def _api_popen(
+    ready: Api, tmp_path: Path, name: str, *args: str, **env: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     full = {**os.environ, "KSCHED_HISTORY_DSN": ready.settings.history_dsn, **env}
     log_file = tmp_path / f"{name}.log"
     with log_file.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler", "api", "--port", str(port)], env=full, stdout=log, stderr=log
+            [sys.executable, "-m", "scheduler", "api", "--port", str(port), *args], env=full, stdout=log,
+            stderr=log,
         )
     base = f"http://127.0.0.1:{port}"
     try:
         assert wait_ready(base, proc, 60, "/healthz") is None, log_file.read_text()
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_two_workers_on_one_port_both_serve_and_stop_together(ready: Api, tmp_path: Path) -> None:
+    """``ksched api --workers 2``: a create then a describe through the port, connections accepted
+    by both worker processes (each an instance: its own key index, router and /metrics), and a
+    SIGTERM to the supervisor stops both workers and itself, exit status 0."""
+    import psutil
+
+    me = ready.as_(A)
+    with _api_popen(ready, tmp_path, "api-workers", "--workers", "2") as (base, proc):
+        parent = psutil.Process(proc.pid)
+        workers = _until("two workers", lambda: (w if len(w := api_workers(parent)) == 2 else None), 60)
+
+        def answer(path: str) -> int:  # a connection of its own: any worker may accept it
+            with httpx.Client(base_url=base, timeout=30) as c:
+                return c.get(path, headers=me).status_code
+
+        # 401 until the worker that accepts has read A's key: wait until both have (several answers)
+        _until("A's key on both workers", lambda: all(answer("/v1/lag") == 200 for _ in range(8)), 60)
+        with httpx.Client(base_url=base, timeout=30) as c:
+            r = c.post("/v1/schedules", json=_spec(handler="two-workers"), headers=me)
+            assert r.status_code == 201, r.text
+            sid = r.json()["schedule_id"]
+        # any worker answers once the store has it (read-your-writes holds on the creating one only)
+        _until("the describe", lambda: answer(f"/v1/schedules/{sid}") == 200, 60)
+
+        clients = [httpx.Client(base_url=base, timeout=30) for _ in range(16)]
+        try:
+            with ThreadPoolExecutor(16) as pool:
+                statuses = list(pool.map(lambda c: c.get(f"/v1/schedules/{sid}", headers=me).status_code,
+                                         clients))
+            assert statuses == [200] * 16
+            port = int(base.rsplit(":", 1)[1])
+            serving = [w for w in workers if any(k.status == psutil.CONN_ESTABLISHED and k.laddr.port == port
+                                                 for k in w.net_connections("tcp"))]
+        finally:
+            for c in clients:
+                c.close()
+        assert len(serving) == 2, f"only {len(serving)} worker accepted 16 connections"
+        proc.terminate()
+        assert proc.wait(30) == 0
+        assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
 
 
 def test_one_idempotency_key_raced_on_two_api_instances_makes_one_schedule(

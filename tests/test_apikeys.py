@@ -96,6 +96,28 @@ def test_the_checker_hashes_a_key_once_and_still_sees_a_revocation_at_once(
     assert checker.tenant_of(other_key) is None  # nor the tenant
 
 
+def test_without_hashing_answers_what_needs_no_scrypt_and_defers_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The API's event loop asks first: a key checked lately, or one refused without a hash, is
+    answered there; a key not hashed yet (right or wrong secret) is left to a thread."""
+    key, record = new_key()
+    registry: dict[str, tuple[ApiKey, ...]] = {"acme": (record,)}
+    hashed = _count_hashes(monkeypatch)
+    checker = KeyChecker(lambda: registry)
+    key_id, _ = parse(key)
+    wrong = f"ksk_{key_id}_{parse(new_key()[0])[1]}"
+    assert checker.without_hashing(key) == (False, None) and checker.without_hashing(wrong) == (False, None)
+    assert checker.without_hashing("not a key") == (True, None)
+    assert checker.without_hashing(f"ksk_{'0' * 12}_{parse(key)[1]}") == (True, None)  # unknown id
+    assert not hashed
+    assert checker.tenant_of(key) == "acme" and checker.tenant_of(wrong) is None
+    assert checker.without_hashing(key) == (True, "acme") and checker.without_hashing(wrong) == (True, None)
+    assert len(hashed) == 2  # the answers without hashing hashed nothing
+    registry["acme"] = revoked(registry["acme"], key_id)
+    assert checker.without_hashing(key) == (True, None)  # a revocation is seen at once
+
+
 def test_concurrent_first_uses_of_a_key_hash_it_once_and_a_wrong_secret_is_hashed_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

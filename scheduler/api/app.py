@@ -51,13 +51,20 @@ def start_services(
     return Services(settings=settings, router=router, keys=keys, limiter=RateLimiter(rate, 2 * rate))
 
 
-def create_app(svc: Services) -> FastAPI:
+def create_app(svc: Services, *, close_at_shutdown: bool = False) -> FastAPI:
+    """The app over ``svc``; ``close_at_shutdown``: the app owns them (a worker of ``ksched api
+    --workers N``), else its caller closes them."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         import anyio.to_thread
 
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
-        yield
+        try:
+            yield
+        finally:
+            if close_at_shutdown:
+                svc.close()
 
     app = FastAPI(
         title="ksched",

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -71,10 +72,17 @@ def services(request: Request) -> Services:
     return svc
 
 
-def tenant_of(
+# The dependencies are coroutines: FastAPI runs a plain function's in the thread pool, a hop (a
+# thread woken, the GIL handed over twice) per dependency per request (docs/decisions.md).
+async def services_dep(request: Request) -> Services:
+    return services(request)
+
+
+async def tenant_of(
     request: Request, cred: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 ) -> str:
-    """The tenant whose active API key the request carries (401 otherwise), within its rate (429)."""
+    """The tenant whose active API key the request carries (401 otherwise), within its rate (429);
+    a key not checked lately is hashed (scrypt, ~50 ms) in the thread pool, not on the loop."""
     svc = services(request)
     challenge = {"WWW-Authenticate": "Bearer"}
     if cred is None:
@@ -86,7 +94,9 @@ def tenant_of(
             field="Authorization",
             headers=challenge,
         )
-    tenant = svc.keys.checker.tenant_of(cred.credentials)
+    answered, tenant = svc.keys.checker.without_hashing(cred.credentials)
+    if not answered:
+        tenant = await anyio.to_thread.run_sync(svc.keys.checker.tenant_of, cred.credentials)
     if tenant is None:
         raise ApiProblem(
             401,
@@ -109,7 +119,7 @@ def tenant_of(
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
-Svc = Annotated[Services, Depends(services)]
+Svc = Annotated[Services, Depends(services_dep)]
 
 
 def etag(version: int) -> str:

@@ -1,7 +1,8 @@
 """``ksched bench api``: creates and describes through the HTTP API at N concurrent clients.
 
-In a fresh namespace: a processor, a history indexer and one ``ksched api`` process (the tenant's
-request rate unlimited: the limiter is not what is measured). An asyncio client (one keep-alive
+In a fresh namespace: a processor, a history indexer and one ``ksched api`` process, with
+``--api-workers`` worker processes (the tenant's request rate unlimited: the limiter is not what
+is measured; the API's CPU is its processes' together). An asyncio client (one keep-alive
 connection per client) first sends ``--creates`` creates (``POST /v1/schedules``, each timed from
 the request to its 201: the processor's round trip included), then, once the history store has
 indexed them, ``--describes`` describes (``GET /v1/schedules/{id}``) of random created ones. The
@@ -37,6 +38,8 @@ def register(sub: Any) -> None:
     p.add_argument("--creates", type=int, default=5000)
     p.add_argument("--describes", type=int, default=2000)
     p.add_argument("--clients", type=int, default=64, help="concurrent HTTP clients (default 64)")
+    p.add_argument("--api-workers", type=int, default=1, metavar="N",
+                   help="`ksched api --workers N` (default 1)")
     p.add_argument("--json", dest="json_file", default="bench-out/api.json")
     p.set_defaults(handler=_run)
 
@@ -91,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     procs = [
         start_processor(env, metrics_port),
         _start(env, "history", "--no-metrics", "--log-level", "WARNING"),
-        api := _start(env, "api", "--port", str(api_port)),
+        api := _start(env, "api", "--port", str(api_port), "--workers", str(args.api_workers)),
     ]
     base = f"http://127.0.0.1:{api_port}"
     try:
@@ -99,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
             print("bench api: the processor did not restore within 120 s", file=sys.stderr)
             return 1
         # /healthz: /readyz waits for the history store to hold something of the namespace
-        not_ready = wait_ready(base, api, 120, "/healthz")
+        not_ready = wait_ready(base, api, 120, "/healthz") or _workers_up(api.pid, args.api_workers, 120)
         if not_ready:
             print(f"bench api: {not_ready}", file=sys.stderr)
             return 1
@@ -110,25 +113,50 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         stop_all(procs)
         space.close()
+    out["api_workers"] = args.api_workers
     out["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     report(out, args.json_file)
     return 0 if out["create_non_2xx"] == 0 and out["describe_non_2xx"] == 0 else 1
 
 
+def _workers_up(pid: int, workers: int, timeout_s: float) -> str | None:
+    """None once ``ksched api --workers N`` (pid) has its N worker processes, else why not: one
+    answering /healthz may be the first of them."""
+    import psutil
+
+    if workers == 1:
+        return None
+    deadline = time.monotonic() + timeout_s
+    while len(api_workers(psutil.Process(pid))) < workers:
+        if time.monotonic() > deadline:
+            return f"ksched api --workers {workers}: not every worker started within {timeout_s} s"
+        time.sleep(0.2)
+    return None
+
+
+def api_workers(parent: Any) -> list[Any]:
+    """The uvicorn workers of a ``ksched api`` process (its children but multiprocessing's tracker)."""
+    return [c for c in parent.children() if "resource_tracker" not in " ".join(c.cmdline())]
+
+
 class _CpuMeter:
     """CPU seconds (user + system) each process spent between :meth:`mark` and :meth:`per`: on a
-    shared machine the figure that does not depend on the other tenants of the CPUs."""
+    shared machine the figure that does not depend on the other tenants of the CPUs. A process's
+    figure includes its children's (the API's workers), those alive at :meth:`mark`."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         import psutil
 
         self._procs = {name: psutil.Process(pid) for name, pid in pids.items()}
         self._at: dict[str, float] = {}
+        self._family = {name: [p] for name, p in self._procs.items()}
 
     def _now(self) -> dict[str, float]:
-        return {name: sum(p.cpu_times()[:2]) for name, p in self._procs.items()}
+        return {name: sum(sum(p.cpu_times()[:2]) for p in family) for name, family in self._family.items()}
 
     def mark(self) -> None:
+        self._family = {name: [p, *p.children(recursive=True)] if name == "api" else [p]
+                        for name, p in self._procs.items()}
         self._at = self._now()
 
     def per(self, n: int, what: str) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """``ksched api``: serve the HTTP API (docs/api.md); ``ksched api openapi``: its OpenAPI document.
 
-ksched api [--port N] [--timeout S]      # 127.0.0.1, port: the setting api_port
+ksched api [--port N] [--timeout S] [--workers N]   # 127.0.0.1, port: the setting api_port
 ksched api openapi [--check]             # write docs/openapi.json (--check: fail if it differs)
 """
 
@@ -21,6 +21,14 @@ def register(sub: Any) -> None:
         metavar="S",
         help="seconds to await the processor's answer before a 202 (default 5)",
     )
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="API processes on the port, each an instance of its own (its rate limit, its /metrics; "
+        "default 1)",
+    )
     p.set_defaults(handler=_serve)
     s = p.add_subparsers(dest="api_cmd", metavar="ACTION")
     o = s.add_parser("openapi", help="write the OpenAPI document to docs/openapi.json")
@@ -38,10 +46,16 @@ def _serve(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else settings.api_port
     print(f"ksched api: http://{settings.bind_host}:{port}/docs", flush=True)
     try:
-        serve(port, host=settings.bind_host, timeout_s=args.timeout)
+        serve(port, host=settings.bind_host, timeout_s=args.timeout, workers=args.workers)
     except RegistryMissing as exc:
         raise UsageError(f"{exc} (run `ksched topics apply`)") from None
     return 0
+
+
+def _workers(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes: give 1 or more, e.g. 2")
+    return int(text)
 
 
 def _openapi(args: argparse.Namespace) -> int:
