@@ -204,3 +204,21 @@ def test_a_stored_out_of_range_schedule_is_skipped_at_restore_not_a_crash() -> N
                    created_at_ms=0, updated_at_ms=0, effective_from_ms=0)
     with pytest.raises(RecordDecodeError, match="start"):
         wire_state.decode_schedule_entry(encode(rec))
+
+
+@pytest.mark.parametrize("spec", [
+    ScheduleSpec(kind="cron", cron="0 * * * *", timezone="Europe/Paris", handler="h", retry_max_attempts=5,
+                 window_minutes=3, overlap="QUEUE_ONE"),
+    ScheduleSpec(kind="once", at="2027-01-15T10:00:00", timezone="UTC", handler="h", payload=b"old"),
+])
+def test_with_payload_is_replace_without_the_other_checks_but_bounds_the_payload(spec: ScheduleSpec) -> None:
+    """The processor rebuilds a stored schedule's spec with ``with_payload`` (no second validation
+    of the rest): the same value as ``replace``, and the payload's own bound still holds."""
+    for payload in (b"", b"x" * 16, b"y" * MAX_PAYLOAD_BYTES):
+        rebuilt, replaced = spec.with_payload(payload), spec.replace(payload=payload)
+        assert rebuilt == replaced and hash(rebuilt) == hash(replaced) and rebuilt.payload is payload
+    with pytest.raises(SpecError, match="payload") as big:
+        spec.with_payload(b"z" * (MAX_PAYLOAD_BYTES + 1))
+    assert "256 KiB" in str(big.value)
+    with pytest.raises(SpecError, match="payload"):
+        spec.with_payload("text")  # type: ignore[arg-type]

@@ -288,7 +288,7 @@ class Entry:
     def spec(self) -> ScheduleSpec:
         """The schedule's full spec (rebuilt; off the hot path)."""
         base = self.parts.base
-        return base if not self.payload else base.replace(payload=self.payload)
+        return base if not self.payload else base.with_payload(self.payload)
 
     def __repr__(self) -> str:
         return f"Entry({self.schedule_id!r} v{self.version} {self.state} next={self.next_for})"
