@@ -23,7 +23,7 @@ from scheduler.history.queries import MAX_LIMIT, StoreQueries
 from scheduler.history.views import DeadLetterView
 from scheduler.kafka.clients import consumer, producer
 from scheduler.kafka.connection import KafkaConnection
-from scheduler.kafka.reader import all_partitions, read_to_end, watermarks
+from scheduler.kafka.reader import all_partitions, read_one, read_to_end, watermarks
 from scheduler.records import DlqEntry, Occurrence, RecordDecodeError, decode, encode
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
@@ -37,6 +37,9 @@ class NotInDlq(LookupError):
 class DlqNotIndexedYet(TimeoutError):
     """The history store has not indexed the tenant's DLQ topic to its end: the entry may be in the
     part not indexed yet. Retry in a moment (is ``ksched history`` running?)."""
+
+
+_FETCH_WAIT_MS = 1
 
 
 class _Found(Exception):
@@ -55,7 +58,10 @@ class DlqTopic:
     def __init__(self, settings: Settings, tenant: str, conn: KafkaConnection | None = None) -> None:
         self.tenant = tenant
         self.topic = topic_name(settings, "dlq", tenant)
-        self._c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True})
+        # a fetch at a partition's end is held by the broker up to fetch.wait.max.ms (500 ms) and
+        # the next record's fetch waits behind it: one record at a time wants short holds
+        self._c = consumer(conn or settings.kafka(), None, **{"enable.partition.eof": True,
+                                                              "fetch.wait.max.ms": _FETCH_WAIT_MS})
         try:
             tps = all_partitions(self._c, self.topic)
             self.ends = {tp.partition: watermarks(self._c, tp)[1] for tp in tps}
@@ -104,18 +110,12 @@ class DlqTopic:
                 "`ksched history` is running")
 
     def read_at(self, partition: int, offset: int) -> DlqEntry | None:
-        """The DLQ entry at ``partition``/``offset`` (assign, seek, one record), None if gone."""
-        got: list[DlqEntry] = []
-
-        def keep(m: Message) -> None:
-            try:
-                got.append(decode(m.value() or b"", DlqEntry))
-            except RecordDecodeError:
-                return
-
-        read_to_end(self._c, [TopicPartition(self.topic, partition, offset)], keep, timeout_s=10, poll_s=0.05,
-                    stop_before={partition: offset + 1})
-        return got[0] if got else None
+        """The DLQ entry at ``partition``/``offset`` (one fetch of one record), None if gone."""
+        m = read_one(self._c, TopicPartition(self.topic, partition, offset))
+        try:
+            return None if m is None else decode(m.value() or b"", DlqEntry)
+        except RecordDecodeError:
+            return None
 
     def find(self, store: StoreQueries, occurrence_id: str, *, wait_s: float = 2.0) -> DlqEntry:
         """The latest dead-letter entry of the tenant's ``occurrence_id``: its partition and offset

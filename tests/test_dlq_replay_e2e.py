@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.cli import main
-from scheduler.dlq import DlqNotIndexedYet, NotInDlq, find_dead
+from scheduler.dlq import DlqNotIndexedYet, DlqTopic, NotInDlq, find_dead
 from scheduler.history import SQLiteHistoryStore
 from scheduler.history.indexer import replay as index_to_end
 from scheduler.kafka.clients import consumer, producer
@@ -152,6 +152,9 @@ def test_cli_lists_and_replays_all_through_the_store(
         "last_error_class", "last_error_message", "dead_at", "reason", "dlq_partition", "dlq_offset"}
     row = next(r for r in listed if r["occurrence_id"] == died_again.occurrence_id)
     assert (row["attempts"], row["error"], row["reason"]) == (6, "E: no", "attempts exhausted")
+    with DlqTopic(kafka_settings, tenant) as dlq:  # one fetch of the located record; past the end: none
+        assert dlq.read_at(row["dlq_partition"], row["dlq_offset"]) == died_again
+        assert dlq.read_at(row["dlq_partition"], dlq.ends[row["dlq_partition"]]) is None
 
     assert main(["dlq", "list", "--tenant", tenant, "--limit", "1"]) == 0  # the text form
     out, err = capsys.readouterr()
