@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
+from dlq_topic import read_dlq
 
 from scheduler.client import SchedulerClient
-from scheduler.dlq import read_dlq, replay
+from scheduler.dlq import replay
 from scheduler.domain import ScheduleSpec
 from scheduler.kafka.clients import consumer
 from scheduler.processor.runtime import Processor

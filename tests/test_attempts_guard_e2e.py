@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from dlq_topic import read_dlq
 
 from scheduler.client import SchedulerClient
-from scheduler.dlq import read_dlq
 from scheduler.domain import occurrence_id
 from scheduler.kafka.clients import producer
 from scheduler.processor.runtime import Processor

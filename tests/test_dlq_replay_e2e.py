@@ -6,12 +6,13 @@ in the DLQ."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from scheduler.cli import main
-from scheduler.dlq import DlqNotIndexedYet, NotInDlq, find_dead
+from scheduler.dlq import DlqNotIndexedYet, DlqTopic, NotInDlq, find_dead
 from scheduler.history import SQLiteHistoryStore
 from scheduler.history.indexer import replay as index_to_end
 from scheduler.kafka.clients import consumer, producer
@@ -97,3 +98,76 @@ def test_replay_reads_the_one_record_the_store_located(
     assert [(o.occurrence_id, o.attempt, o.payload) for o in sent] == [
         (died_again.occurrence_id, 7, died_again.payload)
     ]
+
+
+def _dispatched(settings: Settings, tenant: str) -> list[Occurrence]:
+    """Every occurrence on ``tenant``'s dispatch topic (as the admin)."""
+    sent: list[Occurrence] = []
+    c = consumer(settings.kafka(), None, **{"enable.partition.eof": True})
+    try:
+        read_to_end(c, all_partitions(c, topic_name(settings, "dispatch", tenant)),
+                    lambda m: sent.append(decode(m.value() or b"", Occurrence)), 30)
+    finally:
+        c.close()
+    return sent
+
+
+def test_cli_lists_and_replays_all_through_the_store(
+    kafka_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``dlq list`` pages the store's entries (the latest death of each), ``dlq replay --all``
+    replays each once from its one record; both refuse while the store trails the topic."""
+    from scheduler.cli.topics_cmd import apply_all
+
+    tenant = "dlq-cli"
+    add_tenant(kafka_settings.tenants_file, Tenant(name=tenant))
+    apply_all()
+    entries = [_entry(tenant, i) for i in range(5)]
+    died_again = _entry(tenant, 1, attempts=6)
+    _dead(kafka_settings, [*entries, died_again])
+    latest = {d.occurrence_id: d for d in [*entries, died_again]}
+    db = tmp_path / "history.db"
+    monkeypatch.setenv("KSCHED_HISTORY_DSN", f"sqlite://{db}")
+    store = SQLiteHistoryStore(db)
+    try:
+        index_to_end(kafka_settings, store, from_beginning=False)
+    finally:
+        store.close()
+    capsys.readouterr()
+
+    assert main(["dlq", "list", "--tenant", tenant, "--json", "--limit", "3"]) == 0
+    out, err = capsys.readouterr()
+    first = [json.loads(line) for line in out.splitlines()]
+    cursor = err.strip().removeprefix("more: --after ")
+    assert len(first) == 3 and cursor and "\n" not in cursor
+    assert main(["dlq", "list", "--tenant", tenant, "--json", "--limit", "3", "--after", cursor]) == 0
+    out, err = capsys.readouterr()
+    second = [json.loads(line) for line in out.splitlines()]
+    assert len(second) == 2 and err == ""  # the last page: no cursor
+    listed = [*first, *second]
+    assert [r["occurrence_id"] for r in listed] == sorted(latest, key=lambda o: latest[o].dead_at_ms)
+    assert set(listed[0]) == {  # the keys of before issue 13, plus what the store has
+        "occurrence_id", "schedule_id", "scheduled_for", "attempts", "handler", "error", "version",
+        "last_error_class", "last_error_message", "dead_at", "reason", "dlq_partition", "dlq_offset"}
+    row = next(r for r in listed if r["occurrence_id"] == died_again.occurrence_id)
+    assert (row["attempts"], row["error"], row["reason"]) == (6, "E: no", "attempts exhausted")
+    with DlqTopic(kafka_settings, tenant) as dlq:  # one fetch of the located record; past the end: none
+        assert dlq.read_at(row["dlq_partition"], row["dlq_offset"]) == died_again
+        assert dlq.read_at(row["dlq_partition"], dlq.ends[row["dlq_partition"]]) is None
+
+    assert main(["dlq", "list", "--tenant", tenant, "--limit", "1"]) == 0  # the text form
+    out, err = capsys.readouterr()
+    assert out.split("  ")[0] == entries[0].occurrence_id and err.startswith("more: --after ")
+
+    assert main(["dlq", "replay", "--tenant", tenant, "--all"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(latest)
+    assert sorted((o.occurrence_id, o.attempt, o.payload) for o in _dispatched(kafka_settings, tenant)) == \
+        sorted((d.occurrence_id, d.attempts + 1, d.payload) for d in latest.values())
+
+    _dead(kafka_settings, [_entry(tenant, 9)])  # dead after the indexer stopped: the store trails
+    for argv in (["list"], ["replay", "--all"]):
+        assert main(["dlq", *argv, "--tenant", tenant]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "not indexed yet" in err and "ksched history" in err
+    assert len(_dispatched(kafka_settings, tenant)) == len(latest)  # the refusal replayed nothing

@@ -15,7 +15,6 @@ from scheduler.api.deps import Svc, Tenant, answering, problem_responses, unavai
 from scheduler.api.problems import ApiProblem
 from scheduler.cli import UsageError, render
 from scheduler.cli.instants import iso_utc
-from scheduler.history.views import DeadLetterView
 
 router = APIRouter(prefix="/v1", tags=["occurrences"])
 _DAY_MS = 86_400_000
@@ -93,21 +92,6 @@ def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenan
         return render.detail_json(svc.router.occurrence(tenant, occurrence_id))
 
 
-def _dlq_json(d: DeadLetterView) -> dict[str, Any]:
-    return {
-        "occurrence_id": d.occurrence_id,
-        "schedule_id": d.schedule_id,
-        "version": d.version,
-        "scheduled_for": render.iso(d.scheduled_for_ms),
-        "handler": d.handler,
-        "attempts": d.attempts,
-        "last_error_class": d.last_error_class,
-        "last_error_message": d.last_error_message,
-        "dead_at": render.iso(d.dead_at_ms),
-        "reason": d.reason,
-    }
-
-
 @router.get(
     "/dlq",
     response_model=m.DlqPage,
@@ -129,7 +113,7 @@ def dlq(
             page = svc.router.history.store().dead_letters(tenant, cursor=cursor, limit=limit)
     except ValueError as exc:
         raise ApiProblem(422, "invalid-request", f"{exc}", field="cursor") from None
-    return {"items": [_dlq_json(d) for d in page.items], "next_cursor": page.next_cursor}
+    return {"items": [render.dead_letter_json(d) for d in page.items], "next_cursor": page.next_cursor}
 
 
 @router.post(

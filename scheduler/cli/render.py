@@ -14,6 +14,7 @@ from typing import Any
 
 from scheduler.history.views import (
     AttemptView,
+    DeadLetterView,
     OccurrenceDetail,
     OccurrenceView,
     ScheduleDescription,
@@ -96,6 +97,16 @@ def description_json(d: ScheduleDescription) -> dict[str, Any]:
 
 def detail_json(d: OccurrenceDetail) -> dict[str, Any]:
     return {**occurrence_json(d.occurrence), "attempts": [attempt_json(a) for a in d.attempts]}
+
+
+def dead_letter_json(d: DeadLetterView) -> dict[str, Any]:
+    """A DLQ item as ``GET /v1/dlq`` answers it (``ksched dlq list --json`` adds to it)."""
+    return {
+        "occurrence_id": d.occurrence_id, "schedule_id": d.schedule_id, "version": d.version,
+        "scheduled_for": iso(d.scheduled_for_ms), "handler": d.handler, "attempts": d.attempts,
+        "last_error_class": d.last_error_class, "last_error_message": d.last_error_message,
+        "dead_at": iso(d.dead_at_ms), "reason": d.reason,
+    }
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Any:

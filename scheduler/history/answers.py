@@ -85,11 +85,11 @@ def occurrence(row: Row) -> OccurrenceView:
 
 
 def dead_letter(row: Row) -> DeadLetterView:
-    oid, sid, version, sf, handler, attempts, err_class, err_msg, dead_at, reason = row
+    oid, sid, version, sf, handler, attempts, err_class, err_msg, dead_at, reason, partition, offset = row
     return DeadLetterView(
         occurrence_id=oid, schedule_id=sid, version=int(version), scheduled_for_ms=int(sf), handler=handler,
         attempts=int(attempts), last_error_class=err_class, last_error_message=err_msg,
-        dead_at_ms=int(dead_at), reason=reason,
+        dead_at_ms=int(dead_at), reason=reason, dlq_partition=int(partition), dlq_offset=int(offset),
     )
 
 

@@ -40,7 +40,7 @@ _OCC_COLS = ("occurrence_id, schedule_id, version, scheduled_for_ms, available_a
 _ATT_COLS = ("attempt_no, token, worker_id, started_at_ms, last_heartbeat_ms, finished_at_ms, result,"
              " retryable, error_class, error_message")
 _DLQ_COLS = ("occurrence_id, schedule_id, version, scheduled_for_ms, handler, attempts, last_error_class,"
-             " last_error_message, dead_at_ms, reason")
+             " last_error_message, dead_at_ms, reason, dlq_partition, dlq_offset")
 _CHG_COLS = "version, command, state, request_id, applied_at_ms, effective_from_ms"
 _LAST_CHANGE = (" FROM schedule_changes ch WHERE ch.schedule_id = {a}.schedule_id"
                 " AND ch.version = {a}.version"

@@ -130,6 +130,8 @@ class DeadLetterView:
     last_error_message: str | None
     dead_at_ms: int
     reason: str | None
+    dlq_partition: int  # where the latest death's record is in the tenant's DLQ topic
+    dlq_offset: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -52,6 +52,32 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30) ->
             time.sleep(0.1)
 
 
+def read_one(consumer: Consumer, tp: TopicPartition, timeout_s: float = 10) -> Message | None:
+    """The committed record at ``tp.offset`` of ``tp``, or None when there is none: past retention
+    (the consumer resets to another offset), at or past the end, or not a committed record.
+
+    Pre: ``consumer`` was created with ``enable.partition.eof``. One fetch, answered as soon as the
+    record is there: :func:`read_to_end` would first ask for the watermarks and wait out a
+    batch's ``poll_s`` (about half a second a record; ``ksched dlq replay --all`` reads thousands).
+    Raises TimeoutError naming the record when no answer comes within ``timeout_s``."""
+    consumer.assign([TopicPartition(tp.topic, tp.partition, tp.offset)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=1, timeout=min(0.5, timeout_s)):
+                err = m.error()
+                if err is None:
+                    return m if m.offset() == tp.offset else None
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return None
+                if is_denial(err):
+                    raise denied(getattr(consumer, "who", ""), err, tp.topic, "read")
+                raise RuntimeError(f"read of {tp.topic}[{tp.partition}] at offset {tp.offset}: {err}")
+        raise TimeoutError(f"no answer for {tp.topic}[{tp.partition}] offset {tp.offset} in {timeout_s}s")
+    finally:
+        consumer.unassign()
+
+
 def _past(consumer: Consumer, pending: set[tuple[str, int]], ends: dict[tuple[str, int], int]) -> set[
         tuple[str, int]]:
     """The partitions whose position reached their window's end: a window may end on a transaction
