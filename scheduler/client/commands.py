@@ -251,26 +251,36 @@ class SchedulerClient(QueryCalls):
 
         check_tenant(command.tenant)  # it names the topics
         self._read_results_of(command.tenant)  # before sending: its answer must not be missed
+        topic = topic_name(self.settings, "commands", command.tenant)
+        what = f"{command.kind} {command.request_id}"
+        for fresh in (False, True):
+            try:
+                self._producer.produce(topic, encode(command), (command.schedule_id or "").encode(),
+                                       on_delivery=delivered)
+                break
+            except (KafkaException, BufferError) as exc:
+                err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+                if isinstance(err, KafkaError) and is_denial(err):  # refused before any delivery report
+                    raise denied(self.conn.who, err, topic, "write") from None
+                if fresh or not isinstance(err, KafkaError) or err.code() != KafkaError._FATAL:
+                    raise PublishError(f"{what}: Kafka refused the command: {exc}") from None
+                # The producer died earlier (librdkafka makes a refused idempotent PID fatal, e.g.
+                # its principal's ACLs taken away) and never produces again: the record was not
+                # taken, so a new producer tries it once and its own answer decides.
+                self._producer = producer(self.conn)
         try:
-            self._producer.produce(
-                topic_name(self.settings, "commands", command.tenant),
-                encode(command),
-                (command.schedule_id or "").encode(),
-                on_delivery=delivered,
-            )
-        except (KafkaException, BufferError) as exc:
-            err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-            if isinstance(err, KafkaError) and is_denial(err):  # refused before any delivery report
-                raise denied(self.conn.who, err, topic_name(self.settings, "commands", command.tenant),
-                             "write") from None
-            what = f"{command.kind} {command.request_id}"
-            raise PublishError(f"{what}: Kafka refused the command: {exc}") from None
-        self._await_delivery(done)
+            self._await_delivery(done)
+        except KafkaException as exc:  # the producer's fatal error, raised by its flush
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            self._producer = producer(self.conn)
+            if err is not None and is_denial(err):
+                raise denied(self.conn.who, err, topic, "write") from None
+            raise PublishError(f"{what}: the command was not written: {exc}") from None
         if failed and is_denial(failed[0]):
-            topic = topic_name(self.settings, "commands", command.tenant)
             raise denied(self.conn.who, failed[0], topic, "write")
         if failed:
-            what = f"{command.kind} {command.request_id}"
+            if failed[0].code() == KafkaError._FATAL:
+                self._producer = producer(self.conn)  # a dead producer: the next command gets a new one
             raise PublishError(f"{what}: the command was not written: {failed[0]}")
         return self.await_result(command.request_id) if wait else None
 

@@ -227,6 +227,10 @@ class Checkpoint:
             self._produce(topics.history, hist, key, self._p)
         self._produce(topics.of("versions", entry.tenant), version, key, self._p)
 
+    def completion(self, entry: Entry, now: int) -> None:
+        """The COMPLETED records of a schedule with no fire time left (the shard's own change)."""
+        self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)
+
     def lifecycle(self, events: list[Event], dead: list[Attempt], now: int) -> None:
         """Occurrence events, and the DLQ records of occurrences declared dead."""
         self._at(PRODUCE)
@@ -288,7 +292,7 @@ class Checkpoint:
                                                value, occ.schedule_id.encode(), p)
         self.lifecycle(out.events, out.dead, now)
         for entry in out.completed:
-            self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)
+            self.completion(entry, now)
         for entry in out.purged:
             # Tombstones: the compacted topics forget the schedule (the history topic keeps its story).
             key = entry.schedule_id.encode()

@@ -209,6 +209,12 @@ class Inbox:
 
     def _command(self, shard: Shard, cp: Checkpoint, cmd: ScheduleCommand, now: int, tenant: str) -> bool:
         bug = False
+        if cmd.schedule_id and shard.completing:
+            # A burst's completion of this schedule still queued: its version's COMPLETED record
+            # first, encoded before the command changes the entry (ShardStore.complete_later).
+            prior = shard.take_completion(cmd.schedule_id)
+            if prior is not None:
+                cp.completion(prior, now)
         try:
             outcome = mismatch(cmd, tenant) or apply_command(shard, cmd, now)
         except Exception as exc:  # a bug must not turn one command into a crash loop of the shard

@@ -91,6 +91,7 @@ class ShardStore:
         # Schedules a tick or a restore found with no fire time left, whose COMPLETED record is not
         # written yet (:meth:`complete_later`), with the version they completed at.
         self.completions: deque[tuple[Entry, int]] = deque()
+        self.completing: dict[str, Entry] = {}  # the same, by id: the ones still to write
         self._prep: Iterator[Entry] | None = None
 
     # -- lane queues and the watermark ----------------------------------------------
@@ -195,18 +196,34 @@ class ShardStore:
         """
         self.complete(e, now)
         self.completions.append((e, e.version))
+        self.completing[e.schedule_id] = e
 
     def take_completions(self, limit: int) -> list[Entry]:
         """Up to ``limit`` schedules completed since, whose COMPLETED record to write now; one
-        replaced since (a new version, a purge, a record read by a warm copy) is dropped: its
-        record would overwrite a newer one."""
+        written already (:meth:`take_completion`) or replaced since (a new version, a record read
+        by a warm copy) is dropped: its record would overwrite a newer one."""
         out: list[Entry] = []
-        pending, entries = self.completions, self.entries
+        pending, entries, completing = self.completions, self.entries, self.completing
         while pending and len(out) < limit:
             e, version = pending.popleft()
-            if entries.get(e.schedule_id) is e and e.state == COMPLETED and e.version == version:
+            sid = e.schedule_id
+            if completing.get(sid) is not e:
+                continue
+            del completing[sid]
+            if entries.get(sid) is e and e.state == COMPLETED and e.version == version:
                 out.append(e)
         return out
+
+    def take_completion(self, schedule_id: str, purged: Entry | None = None) -> Entry | None:
+        """The schedule's queued completion, to write now: before a command changes it (its
+        version's COMPLETED record comes first), or before its purge's tombstone (``purged``: the
+        entry the purge dropped). None when none is queued."""
+        e = self.completing.get(schedule_id)
+        held = e is purged or (self.entries.get(schedule_id) is e and e is not None and e.state == COMPLETED)
+        if e is None or not held:
+            return None
+        del self.completing[schedule_id]
+        return e
 
     # -- work ahead of time -------------------------------------------------------
     def to_prepare(self, until: int, limit: int) -> list[Entry]:

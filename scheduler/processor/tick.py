@@ -57,6 +57,8 @@ def due(store: ShardStore, now: int, budget: int, clock: float) -> TickOutput:
     if budget > 0 and store.completions:  # after the emission: a burst's completions wait for its end
         out.completed.extend(store.take_completions(COMPLETIONS_PER_TICK))
     out.purged = store.purge(now, PURGE_PER_TICK)  # after the completions: a purge's tombstone last
+    if store.completing:  # one still queued is written now, before its tombstone
+        out.completed.extend(c for e in out.purged if (c := store.take_completion(e.schedule_id, e)))
     # Idle lanes' cursors follow time so the watermark advances.
     for q in store.queues.values():
         if q.next_due() is None or (q.next_due() or 0) > now:
