@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from scheduler.domain.backoff import retry_delay_s
 from scheduler.domain.ids import occurrence_id_of
@@ -80,6 +80,50 @@ class ReportResult:
     ignored: str | None = None  # why the report was not the current attempt's (counted, not applied)
 
 
+class ReportFields(Protocol):
+    """What the lifecycle reads of an attempt report: the record class's field names, so a
+    decoded ``AttemptReport`` and the inbox's scanned report are applied alike."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def occurrence_id(self) -> str: ...
+    @property
+    def schedule_id(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def scheduled_for_ms(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def retryable(self) -> bool | None: ...
+    @property
+    def error_class(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
+
+
+class _Report(NamedTuple):
+    """A report given field by field (:func:`apply_report`)."""
+
+    kind: str
+    occurrence_id: str
+    schedule_id: str
+    tenant: str
+    version: int
+    scheduled_for_ms: int
+    attempt: int
+    token: str
+    retryable: bool | None
+    error_class: str | None
+    error_message: str | None
+
+
 def apply_report(
     ctx: LifecycleContext,
     *,
@@ -96,7 +140,22 @@ def apply_report(
     error_message: str | None,
     now: int,
 ) -> ReportResult:
+    """:func:`apply` of one report given field by field (``scheduled_for`` in epoch s), its
+    events and dead occurrences in a :class:`ReportResult` of their own."""
+    res = ReportResult()
+    rep = _Report(kind, oid, schedule_id, tenant, version, scheduled_for * 1000, attempt, token, retryable,
+                  error_class, error_message)
+    res.ignored = apply(ctx, rep, now, res.events, res.dead)
+    return res
+
+
+def apply(
+    ctx: LifecycleContext, rep: ReportFields, now: int, events: list[Event], dead: list[Attempt]
+) -> str | None:
     """Apply one STARTED / HEARTBEAT / SUCCEEDED / FAILED report; never raises for bad input.
+    The events it decides are appended to ``events``, the occurrences it declares dead to
+    ``dead`` (the inbox passes the same two lists for a whole batch of reports and writes them
+    once); returns why the report was ignored (counted, not applied), or None.
 
     A report is first checked against the schedule the shard holds (:func:`invalid_report`):
     one that names another tenant, an unknown schedule or version, or an occurrence that
@@ -106,31 +165,33 @@ def apply_report(
     (fencing). A FAILED report with error class ``ksched.Canceled`` means the worker did
     not run a stale occurrence.
     """
+    kind, oid, schedule_id, version = rep.kind, rep.occurrence_id, rep.schedule_id, rep.version
+    scheduled_for, attempt, token = rep.scheduled_for_ms // 1000, rep.attempt, rep.token
     at = ctx.attempts
     e = ctx.entries.get(schedule_id)
-    invalid = invalid_report(ctx, e, oid=oid, schedule_id=schedule_id, tenant=tenant, version=version,
+    invalid = invalid_report(ctx, e, oid=oid, schedule_id=schedule_id, tenant=rep.tenant, version=version,
                              scheduled_for=scheduled_for, attempt=attempt)
     if invalid is not None:
         _warn_invalid(ctx.shard_id, kind, oid, invalid)
-        return ReportResult(ignored=invalid)
+        return invalid
     assert e is not None  # invalid_report checked it
     a, stale = at.current(oid, attempt, token)
     if stale is not None:
-        return ReportResult(ignored=stale)
+        return stale
     if a is None:
         unknown = unknown_occurrence(e, version, scheduled_for, now)
         if unknown is not None:
             _warn_invalid(ctx.shard_id, kind, oid, unknown)
-            return ReportResult(ignored=unknown)
-        a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
+            return unknown
         if kind == _SUCCEEDED:  # the common report of a burst (an ALLOW first attempt's only
             # one): finishing untracks it, so tracking it first would only churn the indexes
-            res = ReportResult()
-            finish(ctx, a, _SUCCEEDED_STATE, None, res, now)
-            return res
+            events.append(Event(oid, schedule_id, e.tenant, version, scheduled_for, _SUCCEEDED_STATE, None,
+                                attempt))
+            at.finish_untracked(schedule_id, oid, attempt, now)
+            return None
+        a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
         at.track(a)
     persist = persisted_running(a, e.policy.overlap)
-    res = ReportResult()
     lease_until = now + ctx.lease_s
     if kind == _STARTED:
         at.started(a, token, lease_until, persist)
@@ -139,14 +200,14 @@ def apply_report(
             a.token = token
         at.lease(a, lease_until)
     elif kind == _SUCCEEDED:
-        finish(ctx, a, _SUCCEEDED_STATE, None, res, now)
-    elif kind == _FAILED and error_class == ErrorClass.CANCELED:
-        finish(ctx, a, OccurrenceState.CANCELED, error_message or "not run: stale", res, now)
+        finish(ctx, a, _SUCCEEDED_STATE, None, events, now)
+    elif kind == _FAILED and rep.error_class == ErrorClass.CANCELED:
+        finish(ctx, a, OccurrenceState.CANCELED, rep.error_message or "not run: stale", events, now)
     elif kind == _FAILED:
-        fail(ctx, a, bool(retryable), error_class, error_message, now, res)
+        fail(ctx, a, bool(rep.retryable), rep.error_class, rep.error_message, now, events, dead)
     else:
-        return ReportResult(ignored=f"unknown report kind {kind!r}")
-    return res
+        return f"unknown report kind {kind!r}"
+    return None
 
 
 def invalid_report(
@@ -237,9 +298,11 @@ def _warn_invalid(shard_id: int, kind: str, oid: str, why: str) -> None:
 
 
 def finish(
-    ctx: LifecycleContext, a: Attempt, state: str, reason: str | None, res: ReportResult, now: int
+    ctx: LifecycleContext, a: Attempt, state: str, reason: str | None, events: list[Event], now: int
 ) -> None:
-    res.events.append(attempt_event(a, state, reason))
+    """Attempt ``a``'s occurrence ended in ``state``: its event appended to ``events``, the
+    QUEUE_ONE occurrence it held back released."""
+    events.append(attempt_event(a, state, reason))
     released = ctx.attempts.finish(a, now)
     if released is not None:
         ctx.attempts.released.append((a.schedule_id, *released))
@@ -252,11 +315,13 @@ def fail(
     error_class: str | None,
     message: str | None,
     now: int,
-    res: ReportResult,
+    events: list[Event],
+    dead: list[Attempt],
 ) -> None:
-    """Attempt ``a`` failed: schedule its retry (RETRY_WAIT), or declare it DEAD; a retryable
-    failure of an occurrence its schedule no longer wants (updated, paused, canceled) is
-    recorded CANCELED: the job did not fail for good, it was superseded."""
+    """Attempt ``a`` failed: schedule its retry (RETRY_WAIT), or declare it DEAD (appended to
+    ``dead``); a retryable failure of an occurrence its schedule no longer wants (updated,
+    paused, canceled) is recorded CANCELED: the job did not fail for good, it was superseded.
+    The events go to ``events``."""
     e = ctx.entries.get(a.schedule_id)
     a.last_error_class, a.last_error_message = error_class, message
     why: str | None = None
@@ -270,7 +335,7 @@ def fail(
         else:
             superseded = f"schedule {e.state.lower()}"
         why = f"{superseded}: not retried after {error_class}: {message}"[:1000]
-        finish(ctx, a, OccurrenceState.CANCELED, why, res, now)
+        finish(ctx, a, OccurrenceState.CANCELED, why, events, now)
         return
     elif a.attempt >= e.policy.retry_max_attempts:
         why = f"{a.attempt} attempts made (retry_max_attempts={e.policy.retry_max_attempts})"
@@ -282,7 +347,7 @@ def fail(
             why = f"retry at {at} would pass the deadline (retry_deadline_s={pol.retry_deadline_s})"
         else:
             ctx.attempts.retry(a, at, error_class, message)
-            res.events.append(attempt_event(a, OccurrenceState.RETRY_WAIT, f"{error_class}: {message}"[:500]))
+            events.append(attempt_event(a, OccurrenceState.RETRY_WAIT, f"{error_class}: {message}"[:500]))
             return
-    res.dead.append(a)
-    finish(ctx, a, OccurrenceState.DEAD, f"{why}; last error {error_class}: {message}"[:1000], res, now)
+    dead.append(a)
+    finish(ctx, a, OccurrenceState.DEAD, f"{why}; last error {error_class}: {message}"[:1000], events, now)
