@@ -141,7 +141,8 @@ def _run(args: argparse.Namespace) -> int:
                 t1 = time.thread_time()
                 events: list[Any] = []
                 dead: list[Any] = []
-                why = [apply(shard, rep, now, events, dead) for rep in scanned]  # type: ignore[arg-type]
+                why = [apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9], r[10],
+                             now, events, dead) for r in scanned if r is not None]
                 t2 = time.thread_time()
                 cp.lifecycle(events, dead, now)
                 t3 = time.thread_time()

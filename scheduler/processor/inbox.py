@@ -25,7 +25,7 @@ from scheduler.processor.model import Event
 from scheduler.processor.shard import CommandOutcome, Shard
 from scheduler.records import AttemptReport, RecordDecodeError, ScheduleCommand, decode_command_topic
 from scheduler.records.avro_fast import ScannedReport
-from scheduler.records.report_scan import scan
+from scheduler.records.report_scan import fields_of, scan
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import RejectCode
 
@@ -158,7 +158,7 @@ class Inbox:
             cp.undecodable(m.offset(), m.key(), str(exc), now, tenant)
             return False
         if isinstance(decoded, AttemptReport):
-            return self._report(shard, decoded, now, tenant, events, dead)
+            return self._report(shard, fields_of(decoded), now, tenant, events, dead)
         if events or dead:  # the reports' events before this command's records
             cp.lifecycle(events, dead, now)
             events.clear()
@@ -166,33 +166,37 @@ class Inbox:
         return self._command(shard, cp, decoded, now, tenant)
 
     def _report(
-        self, shard: Shard, rep: AttemptReport | ScannedReport, now: int, tenant: str,
+        self, shard: Shard, fields: ScannedReport, now: int, tenant: str,
         events: list[Event], dead: list[Attempt],
     ) -> bool:
-        """Apply ``rep``, its events and dead occurrences appended to the batch's ``events`` and
-        ``dead``. Returns True when applying it hit a bug (what it appended is taken back)."""
-        key = (tenant, rep.kind)
+        """Apply the report of ``fields`` (its record's, in schema order), its events and dead
+        occurrences appended to the batch's ``events`` and ``dead``. Returns True when applying
+        it hit a bug (what it appended is taken back)."""
+        (oid, sid, named, version, sf_ms, attempt, token, kind, retryable, error_class, error_message,
+         _worker, _reported, _started) = fields
+        key = (tenant, kind)
         seen = self._seen
         seen[key] = seen.get(key, 0) + 1
-        if rep.tenant != tenant:  # another tenant's name on this tenant's topic: a forgery or a bug
+        if named != tenant:  # another tenant's name on this tenant's topic: a forgery or a bug
             self._ignore(key)
             log.debug("report %s %s ignored: tenant %r on the commands topic of %r",
-                      rep.kind, rep.occurrence_id[:100], rep.tenant[:100], tenant)
+                      kind, oid[:100], named[:100], tenant)
             return False
         # A report is applied only to a schedule this shard holds (lifecycle.invalid_report), so
         # one produced to another partition than its schedule id's is ignored there.
         n_events, n_dead = len(events), len(dead)
         try:
-            ignored = apply_report(shard, rep, now, events, dead)
+            ignored = apply_report(shard, kind, oid, sid, named, version, sf_ms // 1000, attempt, token,
+                                   retryable, error_class, error_message, now, events, dead)
         except Exception:  # a bug must not turn one report into a crash loop of the shard
             log.exception("report %s %s not applied: ignored; the shard is rebuilt from Kafka",
-                          rep.kind, rep.occurrence_id[:100])
+                          kind, oid[:100])
             del events[n_events:], dead[n_dead:]
             self._ignore(key)
             return True
         if ignored is not None:
             self._ignore(key)
-            log.debug("report %s %s ignored: %s", rep.kind, rep.occurrence_id, ignored)
+            log.debug("report %s %s ignored: %s", kind, oid, ignored)
         return False
 
     def _ignore(self, key: tuple[str, str]) -> None:

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from scheduler.domain.backoff import retry_delay_s
 from scheduler.domain.ids import occurrence_id_of
@@ -80,50 +80,6 @@ class ReportResult:
     ignored: str | None = None  # why the report was not the current attempt's (counted, not applied)
 
 
-class ReportFields(Protocol):
-    """What the lifecycle reads of an attempt report: the record class's field names, so a
-    decoded ``AttemptReport`` and the inbox's scanned report are applied alike."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def occurrence_id(self) -> str: ...
-    @property
-    def schedule_id(self) -> str: ...
-    @property
-    def tenant(self) -> str: ...
-    @property
-    def version(self) -> int: ...
-    @property
-    def scheduled_for_ms(self) -> int: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def token(self) -> str: ...
-    @property
-    def retryable(self) -> bool | None: ...
-    @property
-    def error_class(self) -> str | None: ...
-    @property
-    def error_message(self) -> str | None: ...
-
-
-class _Report(NamedTuple):
-    """A report given field by field (:func:`apply_report`)."""
-
-    kind: str
-    occurrence_id: str
-    schedule_id: str
-    tenant: str
-    version: int
-    scheduled_for_ms: int
-    attempt: int
-    token: str
-    retryable: bool | None
-    error_class: str | None
-    error_message: str | None
-
-
 def apply_report(
     ctx: LifecycleContext,
     *,
@@ -140,22 +96,35 @@ def apply_report(
     error_message: str | None,
     now: int,
 ) -> ReportResult:
-    """:func:`apply` of one report given field by field (``scheduled_for`` in epoch s), its
-    events and dead occurrences in a :class:`ReportResult` of their own."""
+    """:func:`apply` of one report, its events and dead occurrences in a :class:`ReportResult`."""
     res = ReportResult()
-    rep = _Report(kind, oid, schedule_id, tenant, version, scheduled_for * 1000, attempt, token, retryable,
-                  error_class, error_message)
-    res.ignored = apply(ctx, rep, now, res.events, res.dead)
+    res.ignored = apply(ctx, kind, oid, schedule_id, tenant, version, scheduled_for, attempt, token,
+                        retryable, error_class, error_message, now, res.events, res.dead)
     return res
 
 
 def apply(
-    ctx: LifecycleContext, rep: ReportFields, now: int, events: list[Event], dead: list[Attempt]
+    ctx: LifecycleContext,
+    kind: str,
+    oid: str,
+    schedule_id: str,
+    tenant: str,
+    version: int,
+    scheduled_for: int,
+    attempt: int,
+    token: str,
+    retryable: bool | None,
+    error_class: str | None,
+    error_message: str | None,
+    now: int,
+    events: list[Event],
+    dead: list[Attempt],
 ) -> str | None:
-    """Apply one STARTED / HEARTBEAT / SUCCEEDED / FAILED report; never raises for bad input.
-    The events it decides are appended to ``events``, the occurrences it declares dead to
-    ``dead`` (the inbox passes the same two lists for a whole batch of reports and writes them
-    once); returns why the report was ignored (counted, not applied), or None.
+    """Apply one STARTED / HEARTBEAT / SUCCEEDED / FAILED report (``scheduled_for`` in epoch s);
+    never raises for bad input. The events it decides are appended to ``events``, the
+    occurrences it declares dead to ``dead`` (the inbox passes the same two lists for a whole
+    batch of reports and writes them once); returns why the report was ignored (counted, not
+    applied), or None. Positional: the inbox calls it per report, where keywords cost more.
 
     A report is first checked against the schedule the shard holds (:func:`invalid_report`):
     one that names another tenant, an unknown schedule or version, or an occurrence that
@@ -165,12 +134,9 @@ def apply(
     (fencing). A FAILED report with error class ``ksched.Canceled`` means the worker did
     not run a stale occurrence.
     """
-    kind, oid, schedule_id, version = rep.kind, rep.occurrence_id, rep.schedule_id, rep.version
-    scheduled_for, attempt, token = rep.scheduled_for_ms // 1000, rep.attempt, rep.token
     at = ctx.attempts
     e = ctx.entries.get(schedule_id)
-    invalid = invalid_report(ctx, e, oid=oid, schedule_id=schedule_id, tenant=rep.tenant, version=version,
-                             scheduled_for=scheduled_for, attempt=attempt)
+    invalid = invalid_report(ctx, e, oid, schedule_id, tenant, version, scheduled_for, attempt)
     if invalid is not None:
         _warn_invalid(ctx.shard_id, kind, oid, invalid)
         return invalid
@@ -187,24 +153,43 @@ def apply(
             # one): finishing untracks it, so tracking it first would only churn the indexes
             events.append(Event(oid, schedule_id, e.tenant, version, scheduled_for, _SUCCEEDED_STATE, None,
                                 attempt))
-            at.finish_untracked(schedule_id, oid, attempt, now)
+            released = at.finish_untracked(schedule_id, oid, attempt, now)
+            if released is not None:
+                at.released.append((schedule_id, *released))
             return None
         a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
         at.track(a)
-    persist = persisted_running(a, e.policy.overlap)
+    return _apply_current(ctx, e, a, kind, token, retryable, error_class, error_message, now, events, dead)
+
+
+def _apply_current(
+    ctx: LifecycleContext,
+    e: Entry,
+    a: Attempt,
+    kind: str,
+    token: str,
+    retryable: bool | None,
+    error_class: str | None,
+    error_message: str | None,
+    now: int,
+    events: list[Event],
+    dead: list[Attempt],
+) -> str | None:
+    """:func:`apply` of a report of ``a``, the tracked current attempt, once it passed the fences."""
+    at = ctx.attempts
     lease_until = now + ctx.lease_s
     if kind == _STARTED:
-        at.started(a, token, lease_until, persist)
+        at.started(a, token, lease_until, persisted_running(a, e.policy.overlap))
     elif kind == _HEARTBEAT:
         if a.token is None:
             a.token = token
         at.lease(a, lease_until)
     elif kind == _SUCCEEDED:
         finish(ctx, a, _SUCCEEDED_STATE, None, events, now)
-    elif kind == _FAILED and rep.error_class == ErrorClass.CANCELED:
-        finish(ctx, a, OccurrenceState.CANCELED, rep.error_message or "not run: stale", events, now)
+    elif kind == _FAILED and error_class == ErrorClass.CANCELED:
+        finish(ctx, a, OccurrenceState.CANCELED, error_message or "not run: stale", events, now)
     elif kind == _FAILED:
-        fail(ctx, a, bool(rep.retryable), rep.error_class, rep.error_message, now, events, dead)
+        fail(ctx, a, bool(retryable), error_class, error_message, now, events, dead)
     else:
         return f"unknown report kind {kind!r}"
     return None
@@ -213,7 +198,6 @@ def apply(
 def invalid_report(
     ctx: LifecycleContext,
     e: Entry | None,
-    *,
     oid: str,
     schedule_id: str,
     tenant: str,
