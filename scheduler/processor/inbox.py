@@ -113,9 +113,18 @@ class Inbox:
         bug = False
         events: list[Event] = []
         dead: list[Attempt] = []
+        commands_tenant, report = self.topics.commands_tenant, self._report
+        topic, tenant = None, ""
         try:
-            for m in msgs:
-                if self._take(shard, cp, m, now, events, dead):
+            for m in msgs:  # a burst's reports: locals only, one call per record that scans
+                if m.topic() != topic:  # one topic per tenant: the polled records come in runs of one
+                    topic = m.topic()
+                    tenant = commands_tenant(topic or "")
+                raw = m.value() or b""
+                scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
+                if scanned is not None:  # most records of a burst: a report of the current schema
+                    bug = report(shard, scanned, now, tenant, events, dead) or bug
+                elif self._decode(shard, cp, m, raw, now, tenant, events, dead):
                     bug = True
             if events or dead:
                 cp.lifecycle(events, dead, now)
@@ -137,15 +146,12 @@ class Inbox:
                 counted = self._counted[key] = self.metrics.reports.labels(tenant=key[0], kind=key[1])
             counted.inc(n)
 
-    def _take(
-        self, shard: Shard, cp: Checkpoint, m: Message, now: int, events: list[Event], dead: list[Attempt]
+    def _decode(
+        self, shard: Shard, cp: Checkpoint, m: Message, raw: bytes, now: int, tenant: str,
+        events: list[Event], dead: list[Attempt],
     ) -> bool:
-        raw = m.value() or b""
-        tenant = self.topics.commands_tenant(m.topic() or "")
-        if len(raw) <= MAX_COMMAND_BYTES:
-            scanned = scan(raw)  # most records of a burst: a report of the current schema
-            if scanned is not None:
-                return self._report(shard, scanned, now, tenant, events, dead)
+        """Take record ``m`` (value ``raw``) that did not scan as a report of the current schema:
+        through the general decoder, a command, an older report, or an undecodable record."""
         try:
             if len(raw) > MAX_COMMAND_BYTES:
                 raise RecordDecodeError(

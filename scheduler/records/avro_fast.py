@@ -292,6 +292,20 @@ def event_value(
     ))
 
 
+EventFields = tuple[str, str, str, int, int, str, "str | None", "int | None"]
+"""An occurrence event as the processor holds it (``scheduler.processor.model.Event``, a named
+tuple): occurrence_id, schedule_id, tenant, version, scheduled_for (epoch s), state, reason,
+attempt."""
+
+
+def event_record(header: bytes, ev: EventFields, state_index: dict[str, int], at_ms: int) -> bytes:
+    """:func:`event_value` of the event ``ev`` (``state_index``: each state's position among the
+    enum's symbols), unpacked here, compiled, rather than field by field by its caller."""
+    oid, sid, tenant, version, scheduled_for, state, reason, attempt = ev
+    return event_value(header, oid, sid, tenant, version, scheduled_for * 1000, state_index[state], attempt,
+                       reason, at_ms)
+
+
 def occurrence_head(
     header: bytes,
     occurrence_id: str,

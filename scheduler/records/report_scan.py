@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.native import load
-from scheduler.records.avro_fast import ScannedReport
+from scheduler.records.avro_fast import EventFields, ScannedReport
 from scheduler.records.codec import current_schema
 from scheduler.records.types import AttemptReport, OccurrenceEvent
 
@@ -44,11 +44,13 @@ def _fields(cls: type[Any], expected: tuple[str, ...]) -> list[Any]:
 _REPORT = _fields(AttemptReport, _REPORT_FIELDS)
 KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
 REPORT_HEADER = current_schema(AttemptReport).header
-_STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
+STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
 _HEADER_LEN = len(REPORT_HEADER)
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 scan_report: Callable[[bytes, int, tuple[str, ...]], ScannedReport | None] = _fast.scan_report
 event_value: Callable[..., bytes] = _fast.event_value
+# (header, processor Event, STATE_INDEX, at_ms): one compiled call per event the processor writes.
+event_record: Callable[[bytes, EventFields, dict[str, int], int], bytes] = _fast.event_record
 
 
 def scan(raw: bytes) -> ScannedReport | None:
@@ -75,4 +77,4 @@ def event(
     """The ``OccurrenceEvent`` record with ``header`` (the framing's); ``state`` a symbol of
     ``OccurrenceState`` (KeyError otherwise: the shard model only records those)."""
     return event_value(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms,
-                       _STATE_INDEX[state], attempt, reason, at_ms)
+                       STATE_INDEX[state], attempt, reason, at_ms)
