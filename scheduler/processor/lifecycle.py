@@ -39,6 +39,9 @@ _STARTED, _HEARTBEAT, _SUCCEEDED, _FAILED = (
     AttemptReportKind.FAILED,
 )
 _SUCCEEDED_STATE = OccurrenceState.SUCCEEDED
+# An Event made from its fields in order without its named tuple's __new__ (a Python function:
+# 0.47 against 0.15 µs), as namedtuple's own _make does: the SUCCEEDED event of a burst's reports.
+_tuple_new = tuple.__new__
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
 
@@ -151,8 +154,8 @@ def apply(
             return unknown
         if kind == _SUCCEEDED:  # the common report of a burst (an ALLOW first attempt's only
             # one): finishing untracks it, so tracking it first would only churn the indexes
-            events.append(Event(oid, schedule_id, e.tenant, version, scheduled_for, _SUCCEEDED_STATE, None,
-                                attempt))
+            fields = (oid, schedule_id, e.tenant, version, scheduled_for, _SUCCEEDED_STATE, None, attempt)
+            events.append(_tuple_new(Event, fields))
             released = at.finish_untracked(schedule_id, oid, attempt, now)
             if released is not None:
                 at.released.append((schedule_id, *released))
