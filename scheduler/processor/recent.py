@@ -45,10 +45,11 @@ class LastN(Generic[V]):
         return len(self._done)
 
     def remember(self, key: str, value: V) -> None:
-        self._done[key] = value
-        self._done.move_to_end(key)
-        if len(self._done) > self.limit:
-            self._done.popitem(last=False)
+        done = self._done
+        done[key] = value
+        done.move_to_end(key)
+        if len(done) > self.limit:
+            done.popitem(last=False)
 
 
 def recent_requests(limit: int = RECENT_REQUESTS) -> LastN[Applied]:
