@@ -114,12 +114,13 @@ class Inbox:
         events: list[Event] = []
         dead: list[Attempt] = []
         commands_tenant, report = self.topics.commands_tenant, self._report
-        topic, tenant = None, ""
+        topic: str | None = None
+        tenant = ""
         try:
             for m in msgs:  # a burst's reports: locals only, one call per record that scans
-                if m.topic() != topic:  # one topic per tenant: the polled records come in runs of one
-                    topic = m.topic()
-                    tenant = commands_tenant(topic or "")
+                t = m.topic() or ""
+                if t != topic:  # one topic per tenant: the polled records come in runs of one
+                    topic, tenant = t, commands_tenant(t)
                 raw = m.value() or b""
                 scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
                 if scanned is not None:  # most records of a burst: a report of the current schema
