@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler import native
+from scheduler.processor.model import Event
 from scheduler.records import AttemptReport, Occurrence, OccurrenceEvent, Schedule, VersionRecord, encode
 from scheduler.records import report_scan as rs
 from scheduler.records import schedule_scan as ss
@@ -81,6 +82,11 @@ def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: 
     args = (b"H", rep.occurrence_id, rep.schedule_id, rep.tenant, rep.version, rep.scheduled_for_ms, 2,
             rep.attempt, rep.error_message, rep.reported_at_ms)
     assert compiled.event_value(*args) == pure.event_value(*args)
+    # the processor's Event (a named tuple) through the compiled unpacking
+    ev = Event(rep.occurrence_id, rep.schedule_id, rep.tenant, rep.version, rep.scheduled_for_ms // 1000,
+               "SUCCEEDED", rep.error_message, rep.attempt)
+    record = (b"H", ev, rs.STATE_INDEX, rep.reported_at_ms)
+    assert compiled.event_record(*record) == pure.event_record(*record)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

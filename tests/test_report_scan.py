@@ -79,3 +79,23 @@ def test_event_writes_what_the_codec_writes(
     value = event(header, oid, sid, tenant, version, sf, state, attempt, reason, at)
     assert value == encode(rec)
     assert decode(value, OccurrenceEvent) == rec
+
+
+@exact
+@given(
+    oid=text, sid=text, tenant=text, version=longs, sf=st.integers(min_value=-(2**52), max_value=2**52),
+    state=st.sampled_from(["SUCCEEDED", "RETRY_WAIT", "DEAD", "MISSED", "CANCELED"]),
+    attempt=st.none() | ints, reason=optional_text, now=st.integers(min_value=0, max_value=2**40),
+)
+def test_the_processors_event_writes_what_the_codec_writes(
+    oid: str, sid: str, tenant: str, version: int, sf: int, state: str, attempt: int | None,
+    reason: str | None, now: int,
+) -> None:
+    """``wire.encode_event`` (a processor ``Event``, epoch seconds) through the compiled unpacking."""
+    from scheduler.processor.model import Event
+    from scheduler.processor.wire import encode_event
+
+    rec = OccurrenceEvent(occurrence_id=oid, schedule_id=sid, tenant=tenant, version=version,
+                          scheduled_for_ms=sf * 1000, state=state, attempt=attempt, reason=reason,  # type: ignore[arg-type]
+                          at_ms=now * 1000)
+    assert encode_event(Event(oid, sid, tenant, version, sf, state, reason, attempt), now) == encode(rec)

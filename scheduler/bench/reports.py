@@ -98,10 +98,10 @@ def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import Message, TopicPartition
 
     from scheduler.bench.common import report
-    from scheduler.processor import inbox as inbox_mod
     from scheduler.processor.checkpoint import Checkpoints
     from scheduler.processor.heap import Heap
     from scheduler.processor.inbox import Inbox
+    from scheduler.processor.lifecycle import apply
     from scheduler.processor.metrics import ProcessorMetrics
     from scheduler.processor.ownership import OwnedShard
     from scheduler.records.report_scan import scan
@@ -139,14 +139,15 @@ def _run(args: argparse.Namespace) -> int:
                 t0 = time.thread_time()
                 scanned = [scan(raw) for raw in raws]
                 t1 = time.thread_time()
-                results = [inbox_mod.apply_report(shard, rep, now) for rep in scanned]  # type: ignore[arg-type]
+                events: list[Any] = []
+                dead: list[Any] = []
+                why = [apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9], r[10],
+                             now, events, dead) for r in scanned if r is not None]
                 t2 = time.thread_time()
-                for res in results:
-                    if res.events or res.dead:
-                        cp.lifecycle(res.events, res.dead, now)
+                cp.lifecycle(events, dead, now)
                 t3 = time.thread_time()
                 run.update(scan_s=t1 - t0, apply_s=t2 - t1, write_s=t3 - t2,
-                           bugs=sum(r is None for r in scanned) + sum(r.ignored is not None for r in results))
+                           bugs=sum(r is None for r in scanned) + sum(r is not None for r in why))
         gc.unfreeze()
         runs.append(run)
     whole, staged = runs

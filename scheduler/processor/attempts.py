@@ -211,21 +211,28 @@ class Attempts:
         """``a``'s occurrence ended (succeeded, dead or canceled); returns the QUEUE_ONE occurrence
         now released, if any."""
         self._remove(a)
-        self.remember_finished(a.occurrence_id, a.attempt)
-        if a.attempt > 1:  # older attempts of it exist: keep fencing them across a failover
-            mine = self.fenced.setdefault(a.schedule_id, {})
-            for oid in [o for o, (_, until) in mine.items() if until <= now]:
-                del mine[oid]
-            mine[a.occurrence_id] = (a.attempt, now + FENCE_KEEP_S)
+        if a.retry_at is not None or a.last_error_class is not None:  # was persisted
             self.dirty.add(a.schedule_id)
-        released = None
-        if self.occupying.get(a.schedule_id) == a.occurrence_id:
-            del self.occupying[a.schedule_id]
-            released = self.queued.get(a.schedule_id)  # stays persisted until it is emitted
-            self.dirty.add(a.schedule_id)
-        if a.retry_at is not None or a.last_error_class is not None or a.attempt > 1:  # was persisted
-            self.dirty.add(a.schedule_id)
-        return released
+        return self.finish_untracked(a.schedule_id, a.occurrence_id, a.attempt, now)
+
+    def finish_untracked(
+        self, schedule_id: str, oid: str, attempt: int, now: int
+    ) -> tuple[str, int, int] | None:
+        """Attempt ``attempt`` of ``oid``, not in :attr:`inflight`, ended (an ``ALLOW`` first
+        attempt's SUCCEEDED report: tracking it first would only churn the indexes); what
+        :meth:`finish` does after untracking. Returns the QUEUE_ONE occurrence now released."""
+        self._finished.remember(oid, attempt)
+        if attempt > 1:  # older attempts of it exist: keep fencing them across a failover
+            mine = self.fenced.setdefault(schedule_id, {})
+            for old in [o for o, (_, until) in mine.items() if until <= now]:
+                del mine[old]
+            mine[oid] = (attempt, now + FENCE_KEEP_S)
+            self.dirty.add(schedule_id)
+        if self.occupying.get(schedule_id) == oid:
+            del self.occupying[schedule_id]
+            self.dirty.add(schedule_id)
+            return self.queued.get(schedule_id)  # stays persisted until it is emitted
+        return None
 
     def remember_finished(self, oid: str, attempt: int) -> None:
         self._finished.remember(oid, attempt)

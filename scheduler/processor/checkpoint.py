@@ -237,16 +237,19 @@ class Checkpoint:
         topics, shard, p, counts = self._registry.topics, self.owned.shard, self._p, self.events
         producer = self.owned.producer
         encode_event, produce, events_of = wire.encode_event, producer.produce, topics.events_of
+        last, topic, header = None, "", b""
         for ev in events:  # one per report applied: locals only, as in due()
-            tenant = ev.tenant
-            topic, header = events_of(tenant)
+            _, sid, tenant, _, _, state, _, _ = ev
+            if tenant != last:  # a batch's events come in runs of one tenant
+                last = tenant
+                topic, header = events_of(tenant)
             value = encode_event(ev, now, header)
-            key = ev.schedule_id.encode()
+            key = sid.encode()
             try:  # produce() itself first: a call less per record than produce_waiting
                 produce(topic, value, key, partition=p)
             except BufferError:
                 produce_waiting(producer, topic, value, key, p)
-            k = (tenant, ev.state)
+            k = (tenant, state)
             counts[k] = counts.get(k, 0) + 1
         for a in dead:
             header = topics.header(DlqEntry, "dlq", a.tenant)

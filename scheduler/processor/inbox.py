@@ -17,14 +17,15 @@ from confluent_kafka import Message
 from prometheus_client import Counter
 
 from scheduler.domain import ScheduleSpec
-from scheduler.processor import lifecycle
+from scheduler.processor.attempts import Attempt
 from scheduler.processor.checkpoint import Checkpoint, Topics
-from scheduler.processor.lifecycle import ReportResult
+from scheduler.processor.lifecycle import apply as apply_report
 from scheduler.processor.metrics import ProcessorMetrics
+from scheduler.processor.model import Event
 from scheduler.processor.shard import CommandOutcome, Shard
 from scheduler.records import AttemptReport, RecordDecodeError, ScheduleCommand, decode_command_topic
 from scheduler.records.avro_fast import ScannedReport
-from scheduler.records.report_scan import scan
+from scheduler.records.report_scan import fields_of, scan
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import RejectCode
 
@@ -89,25 +90,6 @@ def mismatch(cmd: ScheduleCommand, tenant: str) -> CommandOutcome | None:
     )
 
 
-def apply_report(shard: Shard, rep: AttemptReport | ScannedReport, now: int) -> ReportResult:
-    """Apply a decoded attempt report (:func:`scheduler.processor.lifecycle.apply_report`)."""
-    return lifecycle.apply_report(
-        shard,
-        kind=rep.kind,
-        oid=rep.occurrence_id,
-        schedule_id=rep.schedule_id,
-        tenant=rep.tenant,
-        version=rep.version,
-        scheduled_for=rep.scheduled_for_ms // 1000,
-        attempt=rep.attempt,
-        token=rep.token,
-        retryable=rep.retryable,
-        error_class=rep.error_class,
-        error_message=rep.error_message,
-        now=now,
-    )
-
-
 class Inbox:
     """Takes the records of shard p's inputs (``commands.<tenant>[p]``) into its open checkpoint (step 2)."""
 
@@ -125,12 +107,28 @@ class Inbox:
 
     def take_all(self, shard: Shard, cp: Checkpoint, msgs: list[Message], now: int) -> bool:
         """:meth:`take` each of a shard's polled ``msgs`` in order, the report counters moved once
-        for the batch. Returns True when applying one of them hit a bug (rebuild after ``cp``)."""
+        for the batch and the reports' occurrence events written once for each run of reports
+        (before the next command's records, so the events topic keeps the order they were
+        decided in). Returns True when applying one of them hit a bug (rebuild after ``cp``)."""
         bug = False
+        events: list[Event] = []
+        dead: list[Attempt] = []
+        commands_tenant, report = self.topics.commands_tenant, self._report
+        topic: str | None = None
+        tenant = ""
         try:
-            for m in msgs:
-                if self._take(shard, cp, m, now):
+            for m in msgs:  # a burst's reports: locals only, one call per record that scans
+                t = m.topic() or ""
+                if t != topic:  # one topic per tenant: the polled records come in runs of one
+                    topic, tenant = t, commands_tenant(t)
+                raw = m.value() or b""
+                scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
+                if scanned is not None:  # most records of a burst: a report of the current schema
+                    bug = report(shard, scanned, now, tenant, events, dead) or bug
+                elif self._decode(shard, cp, m, raw, now, tenant, events, dead):
                     bug = True
+            if events or dead:
+                cp.lifecycle(events, dead, now)
         finally:
             self.flush()
         return bug
@@ -138,10 +136,7 @@ class Inbox:
     def take(self, shard: Shard, cp: Checkpoint, m: Message, now: int) -> bool:
         """Apply one record and write what it changed to ``cp``. Returns True when applying it
         hit a bug: the shard's memory may be half-changed, so rebuild it once ``cp`` commits."""
-        try:
-            return self._take(shard, cp, m, now)
-        finally:
-            self.flush()
+        return self.take_all(shard, cp, [m], now)
 
     def flush(self) -> None:
         """Move the reports seen since the last flush onto their counters."""
@@ -152,13 +147,12 @@ class Inbox:
                 counted = self._counted[key] = self.metrics.reports.labels(tenant=key[0], kind=key[1])
             counted.inc(n)
 
-    def _take(self, shard: Shard, cp: Checkpoint, m: Message, now: int) -> bool:
-        raw = m.value() or b""
-        tenant = self.topics.commands_tenant(m.topic() or "")
-        if len(raw) <= MAX_COMMAND_BYTES:
-            scanned = scan(raw)  # most records of a burst: a report of the current schema
-            if scanned is not None:
-                return self._report(shard, cp, scanned, now, tenant)
+    def _decode(
+        self, shard: Shard, cp: Checkpoint, m: Message, raw: bytes, now: int, tenant: str,
+        events: list[Event], dead: list[Attempt],
+    ) -> bool:
+        """Take record ``m`` (value ``raw``) that did not scan as a report of the current schema:
+        through the general decoder, a command, an older report, or an undecodable record."""
         try:
             if len(raw) > MAX_COMMAND_BYTES:
                 raise RecordDecodeError(
@@ -171,34 +165,45 @@ class Inbox:
             cp.undecodable(m.offset(), m.key(), str(exc), now, tenant)
             return False
         if isinstance(decoded, AttemptReport):
-            return self._report(shard, cp, decoded, now, tenant)
+            return self._report(shard, fields_of(decoded), now, tenant, events, dead)
+        if events or dead:  # the reports' events before this command's records
+            cp.lifecycle(events, dead, now)
+            events.clear()
+            dead.clear()
         return self._command(shard, cp, decoded, now, tenant)
 
     def _report(
-        self, shard: Shard, cp: Checkpoint, rep: AttemptReport | ScannedReport, now: int, tenant: str
+        self, shard: Shard, fields: ScannedReport, now: int, tenant: str,
+        events: list[Event], dead: list[Attempt],
     ) -> bool:
-        key = (tenant, rep.kind)
+        """Apply the report of ``fields`` (its record's, in schema order), its events and dead
+        occurrences appended to the batch's ``events`` and ``dead``. Returns True when applying
+        it hit a bug (what it appended is taken back)."""
+        (oid, sid, named, version, sf_ms, attempt, token, kind, retryable, error_class, error_message,
+         _worker, _reported, _started) = fields
+        key = (tenant, kind)
         seen = self._seen
         seen[key] = seen.get(key, 0) + 1
-        if rep.tenant != tenant:  # another tenant's name on this tenant's topic: a forgery or a bug
+        if named != tenant:  # another tenant's name on this tenant's topic: a forgery or a bug
             self._ignore(key)
             log.debug("report %s %s ignored: tenant %r on the commands topic of %r",
-                      rep.kind, rep.occurrence_id[:100], rep.tenant[:100], tenant)
+                      kind, oid[:100], named[:100], tenant)
             return False
         # A report is applied only to a schedule this shard holds (lifecycle.invalid_report), so
         # one produced to another partition than its schedule id's is ignored there.
+        n_events, n_dead = len(events), len(dead)
         try:
-            res = apply_report(shard, rep, now)
+            ignored = apply_report(shard, kind, oid, sid, named, version, sf_ms // 1000, attempt, token,
+                                   retryable, error_class, error_message, now, events, dead)
         except Exception:  # a bug must not turn one report into a crash loop of the shard
             log.exception("report %s %s not applied: ignored; the shard is rebuilt from Kafka",
-                          rep.kind, rep.occurrence_id[:100])
+                          kind, oid[:100])
+            del events[n_events:], dead[n_dead:]
             self._ignore(key)
             return True
-        if res.ignored is not None:
+        if ignored is not None:
             self._ignore(key)
-            log.debug("report %s %s ignored: %s", rep.kind, rep.occurrence_id, res.ignored)
-        if res.events or res.dead:
-            cp.lifecycle(res.events, res.dead, now)
+            log.debug("report %s %s ignored: %s", kind, oid, ignored)
         return False
 
     def _ignore(self, key: tuple[str, str]) -> None:

@@ -322,9 +322,12 @@ class DueOccurrence(NamedTuple):
         return occurrence_id(self.schedule_id, self.version, self.scheduled_for)
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """An occurrence-event (MISSED, CANCELED, …) to record on ``ksched.occurrence-events``."""
+class Event(NamedTuple):
+    """An occurrence-event (MISSED, CANCELED, …) to record on ``ksched.occurrence-events``.
+
+    A named tuple, not a frozen dataclass: one is built per report applied and per missed
+    occurrence, and a frozen dataclass's ``__init__`` (a ``object.__setattr__`` per field) costs
+    about three times as much (0.80 against 0.25 µs)."""
 
     occurrence_id: str
     schedule_id: str

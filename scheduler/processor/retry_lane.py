@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from scheduler.domain import occurrence_id
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.lifecycle import LifecycleContext, ReportResult, fail, finish
+from scheduler.processor.lifecycle import LifecycleContext, fail, finish
 from scheduler.processor.model import ACTIVE, COMPLETED, DueOccurrence, Entry, Event
 from scheduler.processor.outputs import TickOutput
 from scheduler.vocabulary import ErrorClass, Lane, OccurrenceState, Overlap
@@ -63,25 +63,20 @@ def emit_retries(ctx: LifecycleContext, now: int, budget: int, clock: float, out
     budget = _emit_released(ctx, budget, out)
     at.arm_start_leases(now)  # occurrences the overlap gate emitted in this tick
     for a in at.expired_leases(now):
-        res = ReportResult()
         if a.token is None:
             fail(ctx, a, True, ErrorClass.START_LEASE_EXPIRED,
                  f"attempt {a.attempt} was not STARTED within start_lease_s={at.start_lease_s}s of its "
-                 "dispatch (no worker took it)", now, res)
+                 "dispatch (no worker took it)", now, out.events, out.dead)
         else:
             fail(ctx, a, True, ErrorClass.LEASE_EXPIRED,
-                 f"no heartbeat from attempt {a.attempt} (lease ran out)", now, res)
-        out.events.extend(res.events)
-        out.dead.extend(res.dead)
+                 f"no heartbeat from attempt {a.attempt} (lease ran out)", now, out.events, out.dead)
     for a in at.due_retries(now):
         e = ctx.entries.get(a.schedule_id)
         quota = ctx.tenants.get(a.tenant)
         why = _unwanted(e, a, quota is None)
         if why is not None or e is None:
-            res = ReportResult()
-            finish(ctx, a, OccurrenceState.CANCELED, why, res, now)
+            finish(ctx, a, OccurrenceState.CANCELED, why, out.events, now)
             ctx.attempts.retry_throttled.pop(a.occurrence_id, None)
-            out.events.extend(res.events)
             continue
         if quota is not None and not quota.active:  # held, not dropped, while its tenant is disabled
             at.retry(a, now + DISABLED_RECHECK_S, a.last_error_class, a.last_error_message)

@@ -81,9 +81,8 @@ def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
     """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s); ``header``:
     the framing's (None: single-object), as for every encoder here. Written by hand (one per
     report applied: :mod:`scheduler.records.report_scan`)."""
-    return report_scan.event(
-        _EVENT_HEADER if header is None else header, ev.occurrence_id, ev.schedule_id, ev.tenant,
-        ev.version, ev.scheduled_for * 1000, ev.state, ev.attempt, ev.reason, now * 1000,
+    return report_scan.event_record(
+        _EVENT_HEADER if header is None else header, ev, report_scan.STATE_INDEX, now * 1000
     )
 
 

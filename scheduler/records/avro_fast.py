@@ -16,7 +16,6 @@ the enum symbols. Tests pin every function byte for byte against fastavro.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 _SMALL = tuple(bytes([i]) for i in range(0x80))
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -60,24 +59,13 @@ Scanned = tuple[
 ]
 
 
-class ScannedReport(NamedTuple):
-    """An ``AttemptReport`` read by :func:`scan_report`: the record class's field names, so the
-    processor applies either without telling them apart."""
-
-    occurrence_id: str
-    schedule_id: str
-    tenant: str
-    version: int
-    scheduled_for_ms: int
-    attempt: int
-    token: str
-    kind: str
-    retryable: bool | None
-    error_class: str | None
-    error_message: str | None
-    worker_id: str
-    reported_at_ms: int
-    started_at_ms: int | None
+ScannedReport = tuple[
+    str, str, str, int, int, int, str, str, "bool | None", "str | None", "str | None", str, int, "int | None"
+]
+"""An ``AttemptReport`` read by :func:`scan_report`: the record's fields in schema order (occurrence_id,
+schedule_id, tenant, version, scheduled_for_ms, attempt, token, kind, retryable, error_class,
+error_message, worker_id, reported_at_ms, started_at_ms). A plain tuple, not a named one: built
+here it costs a third of the scan less (1.12 against 0.79 µs), and the inbox unpacks it in one step."""
 
 
 def read_long(b: bytes, i: int) -> tuple[int, int]:
@@ -168,7 +156,7 @@ def scan_report(data: bytes, start: int, kinds: tuple[str, ...]) -> ScannedRepor
         return None
     if pos != len(data) or not 0 <= k < len(kinds) or not _INT_MIN <= attempt <= _INT_MAX:
         return None
-    return ScannedReport(
+    return (
         oid, sid, tenant, version, scheduled_for_ms, attempt, token, kinds[k], retryable,
         error_class, error_message, worker_id, reported_at_ms, started_at_ms,
     )
@@ -302,6 +290,20 @@ def event_value(
         b"\x00" if reason is None else b"\x02" + avro_string(reason),
         avro_long(at_ms),
     ))
+
+
+EventFields = tuple[str, str, str, int, int, str, "str | None", "int | None"]
+"""An occurrence event as the processor holds it (``scheduler.processor.model.Event``, a named
+tuple): occurrence_id, schedule_id, tenant, version, scheduled_for (epoch s), state, reason,
+attempt."""
+
+
+def event_record(header: bytes, ev: EventFields, state_index: dict[str, int], at_ms: int) -> bytes:
+    """:func:`event_value` of the event ``ev`` (``state_index``: each state's position among the
+    enum's symbols), unpacked here, compiled, rather than field by field by its caller."""
+    oid, sid, tenant, version, scheduled_for, state, reason, attempt = ev
+    return event_value(header, oid, sid, tenant, version, scheduled_for * 1000, state_index[state], attempt,
+                       reason, at_ms)
 
 
 def occurrence_head(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.native import load
-from scheduler.records.avro_fast import ScannedReport
+from scheduler.records.avro_fast import EventFields, ScannedReport
 from scheduler.records.codec import current_schema
 from scheduler.records.types import AttemptReport, OccurrenceEvent
 
@@ -42,22 +42,32 @@ def _fields(cls: type[Any], expected: tuple[str, ...]) -> list[Any]:
 
 
 _REPORT = _fields(AttemptReport, _REPORT_FIELDS)
-if ScannedReport._fields != _REPORT_FIELDS:  # pragma: no cover - guards an edit of avro_fast
-    raise RuntimeError(f"ScannedReport fields {ScannedReport._fields} are not AttemptReport's")
 KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
 REPORT_HEADER = current_schema(AttemptReport).header
-_STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
+STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
 _HEADER_LEN = len(REPORT_HEADER)
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 scan_report: Callable[[bytes, int, tuple[str, ...]], ScannedReport | None] = _fast.scan_report
 event_value: Callable[..., bytes] = _fast.event_value
+# (header, processor Event, STATE_INDEX, at_ms): one compiled call per event the processor writes.
+event_record: Callable[[bytes, EventFields, dict[str, int], int], bytes] = _fast.event_record
 
 
 def scan(raw: bytes) -> ScannedReport | None:
-    """``raw`` as a report of the current schema in the single-object framing, else None."""
+    """``raw`` as a report of the current schema in the single-object framing (its fields in
+    schema order), else None."""
     if not raw.startswith(REPORT_HEADER):
         return None
     return scan_report(raw, _HEADER_LEN, KINDS)
+
+
+def fields_of(rep: AttemptReport) -> ScannedReport:
+    """A decoded report's fields in schema order: what :func:`scan` returns for the same record."""
+    return (
+        rep.occurrence_id, rep.schedule_id, rep.tenant, rep.version, rep.scheduled_for_ms, rep.attempt,
+        rep.token, rep.kind, rep.retryable, rep.error_class, rep.error_message, rep.worker_id,
+        rep.reported_at_ms, rep.started_at_ms,
+    )
 
 
 def event(
@@ -67,4 +77,4 @@ def event(
     """The ``OccurrenceEvent`` record with ``header`` (the framing's); ``state`` a symbol of
     ``OccurrenceState`` (KeyError otherwise: the shard model only records those)."""
     return event_value(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms,
-                       _STATE_INDEX[state], attempt, reason, at_ms)
+                       STATE_INDEX[state], attempt, reason, at_ms)
