@@ -216,7 +216,7 @@ async def describe(
         at_once = next + last <= _ON_LOOP_ROWS and svc.router.history.answers_at_once(tenant, sid)
     d = described() if at_once else await anyio.to_thread.run_sync(described)
     # A Response skips FastAPI's second pass through response_model (validate, then dump): the dict
-    # already has ScheduleDetail's shape (tests/test_api_describe_fast.py), and the spec is unchanged.
+    # already has ScheduleDetail's shape (tests/test_api_e2e.py pins it), and the spec is unchanged.
     return JSONResponse(render.description_json(d), headers={"ETag": etag(d.schedule.version)})
 
 
