@@ -122,7 +122,7 @@ def test_a_handover_mid_burst_completes_each_fired_schedule_once_and_fires_none_
     assert tick(b, log, at + 2, 6).completed == []
     # a third owner finds them COMPLETED: nothing queued, nothing armed
     c = log.restore(b.cursor_map(), at + 3)
-    assert not c.completions and c.active_count["a"] == 0
+    assert not c.completing and c.active_count["a"] == 0
 
 
 def test_a_restore_that_finds_an_ended_schedule_active_queues_it_but_fires_nothing() -> None:
@@ -131,7 +131,7 @@ def test_a_restore_that_finds_an_ended_schedule_active_queues_it_but_fires_nothi
     tick(a, log, at, 3)  # budget exactly full: no completion written
     assert [log.last(f"o{i}") for i in range(3)] == [(1, "ACTIVE")] * 3
     b = log.restore(a.cursor_map(), at + 5)
-    assert [e.schedule_id for e, _ in b.completions] == ["o0", "o1", "o2"]
+    assert list(b.completing) == ["o0", "o1", "o2"]
     out = tick(b, log, at + 5, 100)
     assert out.dispatch == [] and len(out.completed) == 3
     assert all(e.finished_at == at + 5 for e in out.completed)
@@ -147,7 +147,7 @@ def test_an_update_between_the_fire_and_the_completion_is_never_overwritten() ->
     assert log.story("o0") == [(1, "ACTIVE"), (1, "COMPLETED"), (2, "ACTIVE")]
     b = log.restore(a.cursor_map(), at + 2)
     assert b.entries["o0"].version == 2 and b.entries["o0"].next_for is not None
-    assert [e.schedule_id for e, _ in b.completions] == []
+    assert list(b.completing) == []
 
 
 def test_a_cancel_between_the_fire_and_the_completion_stays_canceled() -> None:

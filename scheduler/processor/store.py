@@ -19,6 +19,7 @@ schedules. Everything is deterministic given (restored state, commands, now).
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -89,9 +90,8 @@ class ShardStore:
         self.gate = QuotaGate(shard_id, partitions)  # the shard's part of the cluster-wide quotas
         self._finished: list[tuple[int, str]] = []  # heap of (finished_at, schedule_id): purge order
         # Schedules a tick or a restore found with no fire time left, whose COMPLETED record is not
-        # written yet (:meth:`complete_later`), with the version they completed at.
-        self.completions: deque[tuple[Entry, int]] = deque()
-        self.completing: dict[str, Entry] = {}  # the same, by id: the ones still to write
+        # written yet (:meth:`complete_later`), by id, in the order they completed.
+        self.completing: dict[str, Entry] = {}
         self._prep: Iterator[Entry] | None = None
 
     # -- lane queues and the watermark ----------------------------------------------
@@ -195,24 +195,17 @@ class ShardStore:
         restore that finds it ACTIVE completes it again (:func:`scheduler.processor.rearm.finish_restore`).
         """
         self.complete(e, now)
-        self.completions.append((e, e.version))
         self.completing[e.schedule_id] = e
 
     def take_completions(self, limit: int) -> list[Entry]:
-        """Up to ``limit`` schedules completed since, whose COMPLETED record to write now; one
-        written already (:meth:`take_completion`) or replaced since (a new version, a record read
-        by a warm copy) is dropped: its record would overwrite a newer one."""
-        out: list[Entry] = []
-        pending, entries, completing = self.completions, self.entries, self.completing
-        while pending and len(out) < limit:
-            e, version = pending.popleft()
-            sid = e.schedule_id
-            if completing.get(sid) is not e:
-                continue
+        """Up to ``limit`` schedules completed since, oldest first, whose COMPLETED record to write
+        now; one replaced or changed since (a new version, a cancel, a record read by a warm copy)
+        is dropped: its record would overwrite a newer one."""
+        entries, completing = self.entries, self.completing
+        taken = list(itertools.islice(completing.items(), limit))
+        for sid, _ in taken:
             del completing[sid]
-            if entries.get(sid) is e and e.state == COMPLETED and e.version == version:
-                out.append(e)
-        return out
+        return [e for sid, e in taken if entries.get(sid) is e and e.state == COMPLETED]
 
     def take_completion(self, schedule_id: str, purged: Entry | None = None) -> Entry | None:
         """The schedule's queued completion, to write now: before a command changes it (its

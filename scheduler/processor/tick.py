@@ -54,7 +54,7 @@ def due(store: ShardStore, now: int, budget: int, clock: float) -> TickOutput:
     budget = emit_retries(store, now, budget, clock, out)
     for tenant, why in stopped.items():  # last: recording what is not emitted is never urgent
         budget = _miss_stopped(store, tenant, why, now, budget, out)
-    if budget > 0 and store.completions:  # after the emission: a burst's completions wait for its end
+    if budget > 0 and store.completing:  # after the emission: a burst's completions wait for its end
         out.completed.extend(store.take_completions(COMPLETIONS_PER_TICK))
     out.purged = store.purge(now, PURGE_PER_TICK)  # after the completions: a purge's tombstone last
     if store.completing:  # one still queued is written now, before its tombstone
