@@ -229,3 +229,64 @@ def test_an_update_after_the_fire_still_records_the_fired_version_completed() ->
     b = log.history_store()
     assert b.versions[("o0", 2)].state == "ACTIVE"
     assert b.versions[("o0", 1)].state == "COMPLETED"
+
+
+class _Recorder:
+    """A checkpoint's producer that keeps what it is given, in order (nothing leaves the process)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None]] = []
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: object) -> None:
+        self.records.append((topic, value))
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+
+def test_the_inbox_writes_a_queued_completion_before_the_command_and_never_for_another_tenant() -> None:
+    """Through the real Inbox and Checkpoint: a CANCEL of a fired one-time schedule whose
+    COMPLETED record is still queued writes that record first (encoded before the cancel changes
+    the entry); the same schedule id named on another tenant's commands topic writes nothing of it."""
+    from confluent_kafka import Message, TopicPartition
+
+    from scheduler.processor.checkpoint import Checkpoints
+    from scheduler.processor.inbox import Inbox
+    from scheduler.processor.metrics import ProcessorMetrics
+    from scheduler.processor.ownership import OwnedShard
+    from scheduler.records import ScheduleCommand, encode
+    from scheduler.settings import load_settings
+    from scheduler.topology import topic_name
+
+    tenants = {"a": Tenant(name="a", max_schedules=10), "b": Tenant(name="b", max_schedules=10)}
+    s = Shard(0, tenants, partitions=1)
+    assert cmd(s, Log(), "CREATE", "o0", T0, ONCE).accepted
+    at = s.entries["o0"].next_for
+    assert at is not None and s.due(at, 1, float(at)).completed == []  # fired, its completion queued
+    settings = load_settings(env={})
+    schedules = topic_name(settings, "schedules")
+
+    def take(tenant: str) -> list[tuple[int, str]]:
+        topic = topic_name(settings, "commands", tenant)
+        value = encode(ScheduleCommand(request_id=f"cancel-{tenant}", tenant=tenant, schedule_id="o0",
+                                       kind="CANCEL", issued_at_ms=(at + 1) * 1000))
+        msgs = [Message(topic=topic, partition=0, offset=0, value=value)]
+        rec = _Recorder()
+        checkpoints = Checkpoints(settings, 1)
+        owned = OwnedShard(shard=s, producer=rec, partition=TopicPartition(topic, 0))  # type: ignore[arg-type]
+        cp = checkpoints.open(owned, msgs, float(at + 1), lambda _name: None)  # type: ignore[arg-type]
+        cp.begin()
+        Inbox(tenants, ProcessorMetrics(), checkpoints.topics).take_all(s, cp, msgs, at + 1)
+        out = []
+        for t, v in rec.records:
+            if t == schedules and v is not None:
+                e = wire_state.decode_schedule_entry(v)
+                assert e is not None
+                out.append((e.version, e.state))
+        return out
+
+    assert take("b") == [] and list(s.completing) == ["o0"]  # b's command: nothing of a's schedule
+    assert take("a") == [(1, "COMPLETED"), (1, "CANCELED")] and not s.completing

@@ -214,10 +214,11 @@ class Inbox:
 
     def _command(self, shard: Shard, cp: Checkpoint, cmd: ScheduleCommand, now: int, tenant: str) -> bool:
         bug = False
-        if cmd.schedule_id and shard.completing:
+        queued = shard.completing.get(cmd.schedule_id) if cmd.schedule_id and shard.completing else None
+        if queued is not None and queued.tenant == tenant:  # never on another tenant's command
             # A burst's completion of this schedule still queued: its version's COMPLETED record
             # first, encoded before the command changes the entry (ShardStore.complete_later).
-            prior = shard.take_completion(cmd.schedule_id)
+            prior = shard.take_completion(queued.schedule_id)
             if prior is not None:
                 cp.completion(prior, now)
         try:
