@@ -24,11 +24,12 @@ from scheduler.records import (
     report_scan,
     schema_header,
 )
-from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, lane_index
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
 
 MAX_REASON_CHARS = 2000
 LANE_NAMES: tuple[LaneSymbol, ...] = tuple(lane_symbol(lane) for lane in Lane)  # by Lane value
+_LANE_INDEX: tuple[int, ...] = tuple(lane_index(name) for name in LANE_NAMES)  # by Lane value
 
 
 _SINGLE_OBJECT = schema_header(Occurrence)
@@ -74,7 +75,7 @@ def encode_dispatch(
             o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000,
             o.available_at * 1000, header_of(o.tenant),
         )
-    return head + stamp + dispatch_tail(o.attempt, LANE_NAMES[o.lane], o.handler, o.payload, None)
+    return dispatch_record(head, stamp, o.attempt, _LANE_INDEX[o.lane], o.handler, o.payload, None)
 
 
 def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:

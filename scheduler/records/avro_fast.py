@@ -341,7 +341,23 @@ def occurrence_tail(
 ) -> bytes:
     """An ``Occurrence`` record after ``enqueued_at_ms`` (``lane_index``: the lane's position
     among the enum's symbols)."""
+    return occurrence_record(b"", b"", attempt, lane_index, handler, payload, deadline_ms)
+
+
+def occurrence_record(
+    head: bytes, stamp: bytes, attempt: int, lane_index: int, handler: str, payload: bytes,
+    deadline_ms: int | None,
+) -> bytes:
+    """A whole ``Occurrence`` record: its ``head`` (:func:`occurrence_head`), the encoded
+    ``enqueued_at_ms`` (``stamp``), then the tail's fields, in one join. A burst writes one per
+    occurrence, and schedules rarely share a payload: no cached tail to look up first.
+
+    Raises ValueError when ``attempt`` does not fit an Avro int."""
+    if not 1 <= attempt <= 2_147_483_647:
+        raise ValueError(f"field attempt: {attempt!r} must be 1..2147483647")
     return b"".join((
+        head,
+        stamp,
         avro_long(attempt),
         avro_long(lane_index),
         avro_string(handler),

@@ -19,7 +19,6 @@ schema at import, so a schema change cannot silently desynchronise the two.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
 
 from scheduler.native import load
 from scheduler.records.codec import current_schema
@@ -29,6 +28,10 @@ _fast = load("scheduler.records.avro_fast")  # compiled when built
 avro_long: Callable[[int], bytes] = _fast.avro_long
 _head: Callable[[bytes, str, str, str, int, int, int], bytes] = _fast.occurrence_head
 _tail: Callable[[int, int, str, bytes, int | None], bytes] = _fast.occurrence_tail
+dispatch_record: Callable[[bytes, bytes, int, int, str, bytes, int | None], bytes] = _fast.occurrence_record
+"""``dispatch_record(head, stamp, attempt, lane_index, handler, payload, deadline_ms)``: a whole
+record from its head and stamp, as the processor writes one per occurrence (``lane_index``:
+:func:`lane_index`)."""
 _FIELDS = (
     "occurrence_id",
     "schedule_id",
@@ -53,7 +56,10 @@ _LANES: tuple[str, ...] = tuple(
 _LANE_INDEX = {lane: i for i, lane in enumerate(_LANES)}
 _HEADER = _SCHEMA.header
 
-__all__ = ["avro_bytes", "avro_long", "dispatch_head", "dispatch_tail", "dispatch_value"]
+__all__ = [
+    "avro_bytes", "avro_long", "dispatch_head", "dispatch_record", "dispatch_tail", "dispatch_value",
+    "lane_index",
+]
 
 
 def avro_bytes(raw: bytes) -> bytes:
@@ -74,14 +80,17 @@ def dispatch_head(
     return _head(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms, available_at_ms)
 
 
-@lru_cache(maxsize=4096)  # schedules sharing a handler and payload share their tail
+def lane_index(lane: str) -> int:
+    """The position of ``lane`` (a symbol of the ``Lane`` enum) among the schema's symbols."""
+    return _LANE_INDEX[lane]
+
+
 def dispatch_tail(attempt: int, lane: str, handler: str, payload: bytes, deadline_ms: int | None) -> bytes:
     """Everything after ``enqueued_at_ms``; shared by the occurrences of one schedule version.
 
-    Pre: ``lane`` is a symbol of the ``Lane`` enum; ``attempt`` fits an Avro int.
+    Pre: ``lane`` is a symbol of the ``Lane`` enum. Raises ValueError when ``attempt`` does not
+    fit an Avro int.
     """
-    if not 1 <= attempt <= 2_147_483_647:
-        raise ValueError(f"field attempt: {attempt!r} must be 1..2147483647")
     return _tail(attempt, _LANE_INDEX[lane], handler, payload, deadline_ms)
 
 
