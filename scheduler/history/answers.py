@@ -10,6 +10,7 @@ import binascii
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from scheduler.history.views import (
@@ -33,10 +34,22 @@ def spec_from_json(text: str | None) -> ScheduleSpecRecord | None:
     """The spec record of the store's ``spec_json`` (``mapping.spec_json``: payload in base64)."""
     if text is None:
         return None
+    return _cached_spec(text) if len(text) <= _CACHED_SPEC_CHARS else _spec_from_json(text)
+
+
+# The record is frozen and describes and list pages parse the same specs again; a spec with a
+# large payload (up to 256 KiB) is parsed each time, so the cache stays a few MiB at most.
+_CACHED_SPEC_CHARS = 2048
+
+
+def _spec_from_json(text: str) -> ScheduleSpecRecord:
     raw = json.loads(text)
     d = {k: v for k, v in raw.items() if k in _SPEC_FIELDS}
     d["payload"] = base64.b64decode(d.get("payload") or "")
     return ScheduleSpecRecord(**d)
+
+
+_cached_spec = lru_cache(maxsize=4096)(_spec_from_json)
 
 
 def schedule_record(row: Row) -> Schedule:

@@ -1,0 +1,31 @@
+"""``render.iso``: the time format of every answer (CLI JSON, API), against datetime as oracle."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.cli.render import iso
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _oracle(ms: int) -> str:
+    text = (_EPOCH + dt.timedelta(milliseconds=ms)).isoformat(timespec="milliseconds")
+    text = text.replace("+00:00", "Z")
+    return text.replace(".000Z", "Z")
+
+
+@given(st.integers(min_value=-(10**12), max_value=253_402_300_799_999))  # 1938 .. the end of 9999
+def test_iso_agrees_with_datetime(ms: int) -> None:
+    assert iso(ms) == _oracle(ms)
+
+
+def test_iso_edges() -> None:
+    assert iso(None) is None
+    assert iso(0) == "1970-01-01T00:00:00Z"
+    assert iso(1) == "1970-01-01T00:00:00.001Z"
+    assert iso(-1) == "1969-12-31T23:59:59.999Z"
+    assert iso(1_796_410_048_000) == "2026-12-04T18:47:28Z"
