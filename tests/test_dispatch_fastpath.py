@@ -80,3 +80,35 @@ def test_observe_many_equals_repeated_observe(obs: list[tuple[float, int]]) -> N
     assert [(n, labels) for n, labels, _ in fast] == [(n, labels) for n, labels, _ in slow]
     # Counts are exact; the sum is one multiplication against n additions: equal up to float rounding.
     assert [v for *_, v in fast] == pytest.approx([v for *_, v in slow], rel=1e-9, abs=1e-9)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["t1", "t2"]), st.integers(0, 3), st.integers(0, 5)), max_size=60))
+def test_observe_tick_counts_each_occurrence_by_tenant_and_lane(fired: list[tuple[str, int, int]]) -> None:
+    """The tick's lag and emitted metrics, grouped in C, against one observe / inc per occurrence."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from scheduler.processor.metrics import LAG_BUCKETS, ProcessorMetrics
+    from scheduler.processor.model import DueOccurrence
+    from scheduler.processor.outputs import TickOutput
+    from scheduler.processor.shard import Shard
+    from scheduler.vocabulary import Lane
+
+    clock = 1_800_000_010.5
+    out = TickOutput()
+    out.dispatch = [DueOccurrence(f"s{i}", t, 1, 1_800_000_000 + sf, 1_800_000_000 + sf, lane, "h", b"")
+                    for i, (t, lane, sf) in enumerate(fired)]
+    metrics = ProcessorMetrics()
+    metrics.observe_tick(Shard(0, {}, partitions=1), out, clock)
+    reg = CollectorRegistry()
+    lag = Histogram("ksched_schedule_lag_seconds", "", ["tenant", "lane"], buckets=LAG_BUCKETS, registry=reg)
+    emitted = Counter("ksched_emitted_total", "", ["tenant", "lane"], registry=reg)
+    for t, lane, sf in fired:
+        lag.labels(tenant=t, lane=Lane(lane).name).observe(clock - (1_800_000_000 + sf))
+        emitted.labels(tenant=t, lane=Lane(lane).name).inc()
+
+    def samples(r: CollectorRegistry) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return sorted((s.name, tuple(sorted(s.labels.items())), round(s.value, 6)) for m in r.collect()
+                      for s in m.samples if m.name in ("ksched_schedule_lag_seconds", "ksched_emitted")
+                      and not s.name.endswith("_created"))
+
+    assert samples(metrics.registry) == samples(reg)

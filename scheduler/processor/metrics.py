@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_left
+from collections import Counter as CountOf
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from scheduler.processor.model import DueOccurrence
 from scheduler.processor.shard import Shard, TickOutput
 from scheduler.tenants import QUOTAS, Tenant
 from scheduler.vocabulary import Lane
 
 _LANES = tuple(lane.name for lane in Lane)
+_LAG_GROUP = itemgetter(*(DueOccurrence._fields.index(f) for f in ("tenant", "lane", "scheduled_for")))
 
 
 def observe_many(h: Any, value: float, n: int) -> None:
@@ -185,13 +189,13 @@ class ProcessorMetrics:
         p = str(shard.shard_id)
         if out.dispatch:
             # Group by (tenant, lane, scheduled_for): one lag value per group, observed per occurrence.
-            groups: dict[tuple[str, str, int], int] = {}
-            for occ in out.dispatch:
-                k = (occ.tenant, _LANES[occ.lane], occ.scheduled_for)
-                groups[k] = groups.get(k, 0) + 1
+            # Counted in C (a burst's tick has 20,000: a dict update per occurrence in Python was
+            # 0.3 µs of the main thread's ~4 µs per dispatch, py-spy in docs/performance.md).
+            groups = CountOf(map(_LAG_GROUP, out.dispatch))
             for (tenant, lane, sf), n in groups.items():
-                observe_many(self.schedule_lag.labels(tenant=tenant, lane=lane), max(0.0, clock - sf), n)
-                self.emitted.labels(tenant=tenant, lane=lane).inc(n)
+                labels = {"tenant": tenant, "lane": _LANES[lane]}
+                observe_many(self.schedule_lag.labels(**labels), max(0.0, clock - sf), n)
+                self.emitted.labels(**labels).inc(n)
         for tenant, n in out.throttled.items():
             self.throttled.labels(tenant=tenant).inc(n)
         for tenant, delay in out.throttle_delays:
