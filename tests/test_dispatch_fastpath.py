@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.records import Occurrence, current_schema, decode, encode
-from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_tail, dispatch_value
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, lane_index
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 text = st.text(min_size=1, max_size=40)
@@ -47,7 +47,7 @@ def test_head_stamp_tail_equals_the_encoded_record(
         handler=handler, payload=payload, deadline_ms=deadline,
     )
     head = dispatch_head(oid, sid, tenant, version, sf, sf + jitter)
-    value = dispatch_value(head, enq, dispatch_tail(attempt, lane, handler, payload, deadline))
+    value = dispatch_record(head, avro_long(enq), attempt, lane_index(lane), handler, payload, deadline)
     assert value == encode(rec)
     assert decode(value, Occurrence) == rec
 

@@ -32,7 +32,7 @@ from scheduler.records import (
     record_type,
     schema_ids,
 )
-from scheduler.records.dispatch import dispatch_head, dispatch_tail, dispatch_value
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, lane_index
 from scheduler.records.errors import RecordDecodeError
 from scheduler.records.framer import Framer
 from scheduler.records.framing import (
@@ -113,8 +113,8 @@ def test_confluents_avro_deserializer_reads_a_ksched_dispatch_record(schema_regi
     topic = f"t{uuid.uuid4().hex[:8]}.dispatch.acme"
     schema_id = RegistryClient(url=schema_registry).register(subject_for(topic), _current("Occurrence"))
     head = dispatch_head("o-1", "s-1", "acme", 3, 1_798_761_600_000, 1_798_761_600_250)
-    tail = dispatch_tail(2, "FLEXIBLE", "greet", b"\x00hi\xff", None)
-    value = dispatch_value(head, 1_798_761_600_300, tail)
+    value = dispatch_record(head, avro_long(1_798_761_600_300), 2, lane_index("FLEXIBLE"), "greet",
+                            b"\x00hi\xff", None)
     framed = single_object_to_confluent(value, schema_id)
     assert len(framed) == len(value) - 5  # a 5-byte header instead of 10
 
@@ -139,8 +139,8 @@ def registry_at() -> Iterator[Callable[[str], None]]:
 
 def _occurrence() -> Occurrence:
     head = dispatch_head("o-2", "s-2", "acme", 1, 1_798_761_600_000, 1_798_761_600_000)
-    tail = dispatch_tail(1, "STRICT", "h", b"p", None)
-    return decode(dispatch_value(head, 1_798_761_600_100, tail), Occurrence)
+    value = dispatch_record(head, avro_long(1_798_761_600_100), 1, lane_index("STRICT"), "h", b"p", None)
+    return decode(value, Occurrence)
 
 
 def test_every_reader_takes_both_framings_once_an_id_is_known(registry_at: Callable[[str], None]) -> None:

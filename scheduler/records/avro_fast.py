@@ -336,20 +336,13 @@ def _occurrence_key(
     ))
 
 
-def occurrence_tail(
-    attempt: int, lane_index: int, handler: str, payload: bytes, deadline_ms: int | None
-) -> bytes:
-    """An ``Occurrence`` record after ``enqueued_at_ms`` (``lane_index``: the lane's position
-    among the enum's symbols)."""
-    return occurrence_record(b"", b"", attempt, lane_index, handler, payload, deadline_ms)
-
-
 def occurrence_record(
     head: bytes, stamp: bytes, attempt: int, lane_index: int, handler: str, payload: bytes,
     deadline_ms: int | None,
 ) -> bytes:
     """A whole ``Occurrence`` record: its ``head`` (:func:`occurrence_head`), the encoded
-    ``enqueued_at_ms`` (``stamp``), then the tail's fields, in one join. A burst writes one per
+    ``enqueued_at_ms`` (``stamp``), then the fields after it (``lane_index``: the lane's position
+    among the enum's symbols), in one join. A burst writes one per
     occurrence, and schedules rarely share a payload: no cached tail to look up first.
 
     Raises ValueError when ``attempt`` does not fit an Avro int."""

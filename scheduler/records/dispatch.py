@@ -1,4 +1,4 @@
-"""The dispatch record's fast path: an ``Occurrence`` encoded in three pieces.
+"""The dispatch record's fast path: an ``Occurrence`` encoded from a head prepared ahead.
 
 At the top of an hour a processor emits hundreds of thousands of dispatch
 records; DESIGN.md §4 asks that payloads due soon be encoded ahead of time so
@@ -8,9 +8,9 @@ only ``enqueued_at_ms`` is unknown before the moment of firing, so a record is
     head  = header | occurrence_id | schedule_id | tenant | version
             | scheduled_for_ms | available_at_ms          (known once the occurrence is)
     stamp = enqueued_at_ms                               (one per tick, shared)
-    tail  = attempt | lane | handler | payload | deadline_ms  (one per schedule version)
+    then    attempt | lane | handler | payload | deadline_ms
 
-and ``head + stamp + tail`` is byte for byte what
+and :func:`dispatch_record` of them is byte for byte what
 :func:`scheduler.records.encode` writes for the same ``Occurrence`` (a test
 pins this against fastavro). The field order is checked against the current
 schema at import, so a schema change cannot silently desynchronise the two.
@@ -27,7 +27,6 @@ from scheduler.records.types import Occurrence
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 avro_long: Callable[[int], bytes] = _fast.avro_long
 _head: Callable[[bytes, str, str, str, int, int, int], bytes] = _fast.occurrence_head
-_tail: Callable[[int, int, str, bytes, int | None], bytes] = _fast.occurrence_tail
 dispatch_record: Callable[[bytes, bytes, int, int, str, bytes, int | None], bytes] = _fast.occurrence_record
 """``dispatch_record(head, stamp, attempt, lane_index, handler, payload, deadline_ms)``: a whole
 record from its head and stamp, as the processor writes one per occurrence (``lane_index``:
@@ -56,10 +55,7 @@ _LANES: tuple[str, ...] = tuple(
 _LANE_INDEX = {lane: i for i, lane in enumerate(_LANES)}
 _HEADER = _SCHEMA.header
 
-__all__ = [
-    "avro_bytes", "avro_long", "dispatch_head", "dispatch_record", "dispatch_tail", "dispatch_value",
-    "lane_index",
-]
+__all__ = ["avro_bytes", "avro_long", "dispatch_head", "dispatch_record", "lane_index"]
 
 
 def avro_bytes(raw: bytes) -> bytes:
@@ -83,17 +79,3 @@ def dispatch_head(
 def lane_index(lane: str) -> int:
     """The position of ``lane`` (a symbol of the ``Lane`` enum) among the schema's symbols."""
     return _LANE_INDEX[lane]
-
-
-def dispatch_tail(attempt: int, lane: str, handler: str, payload: bytes, deadline_ms: int | None) -> bytes:
-    """Everything after ``enqueued_at_ms``; shared by the occurrences of one schedule version.
-
-    Pre: ``lane`` is a symbol of the ``Lane`` enum. Raises ValueError when ``attempt`` does not
-    fit an Avro int.
-    """
-    return _tail(attempt, _LANE_INDEX[lane], handler, payload, deadline_ms)
-
-
-def dispatch_value(head: bytes, enqueued_at_ms: int, tail: bytes) -> bytes:
-    """The whole single-object-encoded ``Occurrence``."""
-    return head + avro_long(enqueued_at_ms) + tail
