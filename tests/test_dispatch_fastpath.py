@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from scheduler.records import Occurrence, current_schema, decode, encode
 from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, lane_index
+from scheduler.vocabulary import Lane
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 text = st.text(min_size=1, max_size=40)
@@ -112,3 +113,43 @@ def test_observe_tick_counts_each_occurrence_by_tenant_and_lane(fired: list[tupl
                       and not s.name.endswith("_created"))
 
     assert samples(metrics.registry) == samples(reg)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["t0", "t1", "t2"]), st.booleans(), st.sampled_from(list(Lane)),
+                          st.integers(1, 2**31 - 1), st.binary(max_size=40)), max_size=30),
+       st.sets(st.integers(0, 29)))
+def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
+    cases: list[tuple[str, bool, Lane, int, bytes]], full_at: set[int]
+) -> None:
+    """One record per occurrence, in order, on its tenant's topic and partition, keyed by its
+    schedule id, byte-equal to ``encode_dispatch`` (prepared head or not); a full queue hands
+    the record to ``on_full`` instead (never dropped, never twice)."""
+    from scheduler.processor import wire
+    from scheduler.processor.model import DueOccurrence
+
+    stamp = avro_long(1_800_000_000_123)
+    occs = []
+    for i, (tenant, prepared, lane, attempt, payload) in enumerate(cases):
+        sid, f = f"s-{i}", 1_800_000_000 + i
+        o = DueOccurrence(sid, tenant, 3, f, f + i % 7, int(lane), f"h{i}", payload, attempt)
+        head = dispatch_head(o.occurrence_id, sid, tenant, 3, f * 1000, (f + i % 7) * 1000)
+        occs.append(o._replace(prepared=head) if prepared else o)
+    written: list[tuple[str, str, bytes, bytes, int]] = []
+
+    def produce(topic: str, value: bytes, key: bytes, partition: int) -> None:
+        if len(written) in full_at and (not written or written[-1][0] != "full"):
+            written.append(("full", topic, value, key, partition))
+            raise BufferError
+        written.append(("ok", topic, value, key, partition))
+
+    def on_full(topic: str, value: bytes, key: bytes, partition: int) -> None:
+        assert written[-1][0] == "full"
+        written[-1] = ("waited", topic, value, key, partition)
+
+    def topic(t: str) -> str:
+        return f"ksched.dispatch.{t}"
+
+    wire.produce_dispatch(occs, stamp, topic, wire.single_object, produce, on_full, 5)
+    expected = [(topic(o.tenant), wire.encode_dispatch(o, stamp), o.schedule_id.encode(), 5) for o in occs]
+    assert [w[1:] for w in written] == expected
+    assert all(w[0] != "full" for w in written)

@@ -269,28 +269,17 @@ class Checkpoint:
                 again = self._registry.fault.take(out.dispatch)
         stamp = wire.dispatch_stamp(int(self.clock * 1000))
         producer, header_of = self.owned.producer, topics.dispatch_header
-        encode_dispatch = wire.encode_dispatch
-        produce = producer.produce
-        by_tenant: dict[str, str] = {}
-        probe = self._registry.probe.on_delivery() if out.dispatch and self._registry.probe else None
+        rest = out.dispatch
+        probe = self._registry.probe.on_delivery() if rest and self._registry.probe else None
         if probe is not None:  # the first record carries the clock probe (clock_probe.py)
-            first = out.dispatch[0]
-            by_tenant[first.tenant] = topics.of("dispatch", first.tenant)
-            self._produce_with(by_tenant[first.tenant], encode_dispatch(first, stamp, header_of),
-                               first.schedule_id.encode(), probe)
-        rest = out.dispatch[1:] if probe is not None else out.dispatch
-        for occ in rest:  # the hot path of a burst (hundreds of thousands): locals only
-            topic = by_tenant.get(occ.tenant)
-            if topic is None:
-                topic = by_tenant[occ.tenant] = topics.of("dispatch", occ.tenant)
-            value, key = encode_dispatch(occ, stamp, header_of), occ.schedule_id.encode()
-            try:  # produce() itself first: a call less per record than produce_waiting
-                produce(topic, value, key, partition=p)
-            except BufferError:  # the client's queue is full: wait for room there
-                produce_waiting(producer, topic, value, key, p)
+            first, rest = rest[0], rest[1:]
+            value = wire.encode_dispatch(first, stamp, header_of)
+            self._produce_with(topics.of("dispatch", first.tenant), value, first.schedule_id.encode(), probe)
+        wire.produce_dispatch(rest, stamp, lambda t: topics.of("dispatch", t), header_of, producer.produce,
+                              lambda *r: produce_waiting(producer, *r), p)
         for occ in again:  # an emission fault's second copy, outside the transaction (tests only)
             assert self._registry.fault is not None
-            value = encode_dispatch(occ, stamp, header_of)
+            value = wire.encode_dispatch(occ, stamp, header_of)
             self._registry.fault.produce_again(topics.settings, topics.of("dispatch", occ.tenant),
                                                value, occ.schedule_id.encode(), p)
         self.lifecycle(out.events, out.dead, now)

@@ -226,7 +226,7 @@ def fire(
         else:
             # tuple.__new__ directly: the NamedTuple's own __new__ is a Python frame per occurrence
             occ: DueOccurrence = new(DueOccurrence, (  # type: ignore[call-overload]
-                e.schedule_id, e.tenant, e.version, f, avail, int(parts.lane), parts.handler, e.payload, 1,
+                e.schedule_id, e.tenant, e.version, f, avail, parts.lane_value, parts.handler, e.payload, 1,
                 e.prepared,
             ))
             append(occ)

@@ -78,6 +78,39 @@ def encode_dispatch(
     return dispatch_record(head, stamp, o.attempt, _LANE_INDEX[o.lane], o.handler, o.payload, None)
 
 
+Produce = Callable[[str, bytes, bytes, int], None]
+"""``produce(topic, value, key, partition)``, positional: a keyword argument costs a dict per call."""
+
+
+def produce_dispatch(
+    occs: Iterable[DueOccurrence], stamp: bytes, topic_of: Callable[[str], str],
+    header_of: Callable[[str], bytes], produce: Produce, on_full: Produce, partition: int,
+) -> None:
+    """Encode the dispatch record of each of ``occs`` (as :func:`encode_dispatch`) and hand it,
+    keyed by its schedule id, to ``produce``; to ``on_full`` when ``produce`` raises BufferError
+    (the client's queue is full: it waits for room, never drops).
+
+    The hot path of a burst, one call per tick: each occurrence is unpacked once and its
+    record composed here rather than through :func:`encode_dispatch` (a frame and six field
+    lookups fewer: ~0.35 µs of ~1.9 per record with ``produce``, measured in session 12)."""
+    record, lanes = dispatch_record, _LANE_INDEX
+    last: str | None = None
+    topic = ""
+    for occ in occs:
+        sid, tenant, _, _, _, lane, handler, payload, attempt, head = occ  # DueOccurrence, in order
+        if tenant is not last:  # a tick's dispatch comes in runs of one tenant
+            last, topic = tenant, topic_of(tenant)
+        if head is None:
+            value = encode_dispatch(occ, stamp, header_of)
+        else:
+            value = record(head, stamp, attempt, lanes[lane], handler, payload, None)
+        key = sid.encode()
+        try:
+            produce(topic, value, key, partition)
+        except BufferError:
+            on_full(topic, value, key, partition)
+
+
 def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
     """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s); ``header``:
     the framing's (None: single-object), as for every encoder here. Written by hand (one per
