@@ -73,6 +73,22 @@ class LaneQueue:
             # Arriving into the bucket being drained: re-open it at the cursor.
             self._open_key = None
 
+    def arm_all(self, entries: list[Armable], at: int) -> None:
+        """:meth:`arm` of each of ``entries`` at ``at`` (same precondition), in one step: a
+        burst re-arms each bucket's schedules at one next time. ``entries`` becomes the
+        bucket's when ``at`` has none (the caller gives it up)."""
+        for e in entries:
+            e.armed_at = at
+        bucket = self._buckets.get(at)
+        if bucket is None:
+            self._buckets[at] = entries
+            heapq.heappush(self._heap, at)
+        else:
+            bucket.extend(entries)
+            self._sorted.discard(at)
+        if at == self._open_key:
+            self._open_key = None
+
     @staticmethod
     def disarm(entry: Armable) -> None:
         entry.armed_at = None

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from scheduler.domain import occurrence_id
 from scheduler.domain.fire import fire_at
-from scheduler.processor.lanes import LaneQueue
+from scheduler.processor.lanes import Armable, LaneQueue
 from scheduler.processor.model import ACTIVE, DueOccurrence, Entry, Event
 from scheduler.processor.outputs import TickOutput
 from scheduler.processor.retry_lane import admit, emit_retries
@@ -209,7 +209,9 @@ def fire(
     ref = now if throttled_from is None else min(now, throttled_from)
     dispatch = out.dispatch
     append, new, available = dispatch.append, tuple.__new__, store.available
-    arm = q.arm if q is not None else None
+    arm_all = q.arm_all if q is not None else None
+    run: list[Armable] = []  # emitted entries re-armed at run_at: a bucket's share one next time
+    run_at = -1
     for obj in taken:  # the hot path of a burst (hundreds of thousands): locals only
         e: Entry = obj  # type: ignore[assignment]
         f = e.next_for
@@ -234,12 +236,19 @@ def fire(
             if throttled_from is not None and now > max(avail, throttled_from):
                 out.throttled_by(occ, now - max(avail, throttled_from), quota)
             nxt = parts.compiled.next_after_epoch(f)
-            if arm is not None and nxt is not None:  # _rearm without its calls
+            if arm_all is not None and nxt is not None:  # _rearm, batched
                 e.prepared = None
                 e.next_for = nxt
-                arm(e, available(e, nxt) if window else nxt)
+                at = available(e, nxt) if window else nxt
+                if at != run_at:
+                    if run:
+                        arm_all(run, run_at)
+                    run, run_at = [], at
+                run.append(e)
                 continue
         _rearm(store, e, nxt, now, out)
+    if run and arm_all is not None:
+        arm_all(run, run_at)
     return emitted
 
 
