@@ -106,8 +106,10 @@ def _run(args: argparse.Namespace) -> int:
         if not_ready:
             print(f"bench api: {not_ready}", file=sys.stderr)
             return 1
-        cpu = _CpuMeter({"api": api.pid, "processor": procs[0].pid, "history": procs[1].pid,
-                         "client": os.getpid()})
+        pids = {"api": api.pid, "processor": procs[0].pid, "history": procs[1].pid, "client": os.getpid()}
+        if (broker := _local_broker_pid(space.settings)) is not None:
+            pids["broker"] = broker  # the embedded broker's share: every create is 2 transactions
+        cpu = _CpuMeter(pids)
         out = asyncio.run(_measure(base, key, args, cpu))
         out.update(_stage_means(base, metrics_port))
     finally:
@@ -117,6 +119,16 @@ def _run(args: argparse.Namespace) -> int:
     out["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     report(out, args.json_file)
     return 0 if out["create_non_2xx"] == 0 and out["describe_non_2xx"] == 0 else 1
+
+
+def _local_broker_pid(settings: Any) -> int | None:
+    """The pid of the embedded one-node broker the bench runs on, or None (another cluster)."""
+    from scheduler.localbroker import LocalBroker, for_settings
+
+    if settings.bootstrap:
+        return None
+    broker = for_settings(settings)
+    return broker.status().pid if isinstance(broker, LocalBroker) else None
 
 
 def _workers_up(pid: int, workers: int, timeout_s: float) -> str | None:
@@ -171,6 +183,9 @@ def _connect(base: str, headers: dict[str, str]) -> Connection:
     return Connection(url.hostname or "127.0.0.1", url.port or 80, headers)
 
 
+IDLE_S = 3.0  # measured idle before the creates
+
+
 async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter) -> dict[str, Any]:
     ids: list[str] = []
 
@@ -184,6 +199,11 @@ async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter
         return (await asyncio.wait_for(c.get(f"/v1/schedules/{random.choice(ids)}"), 30))[0]
 
     await _drive(args.clients, args.clients, create, base, key)  # warm-up: connections, topics
+    # What each process burns with nothing to do (polls, long fetches, ticks): part of every
+    # per-create figure below, which is CPU over the creates' wall time divided by their count.
+    cpu.mark()
+    await asyncio.sleep(IDLE_S)
+    cpu_idle = cpu.per(round(IDLE_S * 1000), "idle_ms")
     load_before = os.getloadavg()[0]
     cpu.mark()
     created, c_status, c_wall = await _drive(args.clients, args.creates, create, base, key)
@@ -208,6 +228,7 @@ async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter
         "describe_non_2xx": sum(n for s, n in d_status.items() if s >= 300),
         **cpu_creates,
         **cpu_describes,
+        **cpu_idle,
         "load_average_1m_before": round(load_before, 2),
         "cpus": os.cpu_count() or 0,
     }
