@@ -1,4 +1,4 @@
-"""``LaneQueue.arm_all`` is ``arm`` of each entry: the same entries come out of ``take``, in the
+"""``LaneQueue.arm_all`` of a list is ``arm`` of each entry: the same entries come out of ``take``, in the
 same order, whatever was armed, re-armed (stale copies) or taken before."""
 
 from __future__ import annotations

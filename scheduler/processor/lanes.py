@@ -61,17 +61,7 @@ class LaneQueue:
 
         Pre: ``(at, entry.schedule_id) > cursor`` — the caller derives ``at`` from the cursor.
         """
-        entry.armed_at = at
-        bucket = self._buckets.get(at)
-        if bucket is None:
-            self._buckets[at] = [entry]
-            heapq.heappush(self._heap, at)
-        else:
-            bucket.append(entry)
-            self._sorted.discard(at)
-        if at == self._open_key:
-            # Arriving into the bucket being drained: re-open it at the cursor.
-            self._open_key = None
+        self.arm_all([entry], at)
 
     def arm_all(self, entries: list[Armable], at: int) -> None:
         """:meth:`arm` of each of ``entries`` at ``at`` (same precondition), in one step: a
@@ -87,6 +77,7 @@ class LaneQueue:
             bucket.extend(entries)
             self._sorted.discard(at)
         if at == self._open_key:
+            # Arriving into the bucket being drained: re-open it at the cursor.
             self._open_key = None
 
     @staticmethod
