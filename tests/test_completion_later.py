@@ -240,7 +240,10 @@ class _Recorder:
     def begin_transaction(self) -> None:
         pass
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: object) -> None:
+    def produce(  # partition positional too, as the checkpoint passes it
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+        **_: object,
+    ) -> None:
         self.records.append((topic, value))
 
     def poll(self, _timeout: float = 0) -> int:

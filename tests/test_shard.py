@@ -287,3 +287,38 @@ def test_an_entry_keeps_its_rare_fields_its_own_and_its_effective_time_exact() -
                   "finished_at"}
     public = {n for n in Entry.__slots__ if not n.startswith("_")} | properties
     assert set(Entry.FIELDS) == public
+
+
+def test_a_tick_re_arms_each_schedule_at_its_own_next_time() -> None:
+    """Schedules of mixed cadences, strict and flexible, interleaved in one bucket: each emitted
+    one is re-armed (batched by next time) at its own next ``available_at``, is emitted on its
+    lane, and fires at exactly its fire times over two hours, never early, never twice."""
+    s = shard()
+    cadences = {"0 * * * *": 3600, "*/30 * * * *": 1800, "0,20,40 * * * *": 1200, "*/15 * * * *": 900}
+    specs = {}
+    for i in range(40):
+        cron = list(cadences)[i % 4]
+        specs[f"s{i:02d}"] = spec(cron, window_minutes=5) if i % 3 == 0 else spec(cron)
+        assert create(s, f"s{i:02d}", specs[f"s{i:02d}"], T0 - 10).accepted  # type: ignore[attr-defined]
+    out = s.due(T0, 100_000, float(T0))
+    strict = {sid for sid, sp in specs.items() if not sp.window_minutes}
+    assert {d.schedule_id for d in out.dispatch} == strict
+    for sid, sp in specs.items():
+        if not sp.window_minutes:  # emitted at T0, re-armed at its own next time
+            nxt = T0 + cadences[sp.cron or ""]
+            assert (s.entries[sid].next_for, s.entries[sid].armed_at) == (nxt, nxt), sid
+    end = T0 + 7199
+    # (schedule, scheduled_for, available_at, lane, the tick that emitted it): ticks every second,
+    # so each occurrence is emitted at its available_at exactly.
+    fired = [(d.schedule_id, d.scheduled_for, d.available_at, d.lane, T0) for d in out.dispatch]
+    fired += [(d.schedule_id, d.scheduled_for, d.available_at, d.lane, now)
+              for now in range(T0 + 1, end + 1) for d in s.due(now, 100_000, float(now)).dispatch]
+    for sid, sp in specs.items():
+        window = 60 * (sp.window_minutes or 0)
+        compiled = compile_spec(sp)
+        want = []
+        for sf in range(T0, end + 1, cadences[sp.cron or ""]):
+            avail = available_at(compiled, sid, 1, sf, window) if window else sf
+            if avail <= end:
+                want.append((sid, sf, avail, int(Lane.FLEXIBLE if window else Lane.STRICT), avail))
+        assert sorted(f for f in fired if f[0] == sid) == want, sid

@@ -34,7 +34,9 @@ class _CountingProducer:
     def begin_transaction(self) -> None:
         pass
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: Any) -> None:
+    def produce(  # partition positional too, as the checkpoint passes it
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1, **_: Any
+    ) -> None:
         self.counts[topic] = self.counts.get(topic, 0) + 1
 
     def poll(self, _timeout: float = 0) -> int:
