@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
             return 1
         pids = {"api": api.pid, "processor": procs[0].pid, "history": procs[1].pid, "client": os.getpid()}
         if (broker := _local_broker_pid(space.settings)) is not None:
-            pids["broker"] = broker  # the embedded broker's share: every create is 2 transactions
+            pids["broker"] = broker  # the embedded broker's share: a create is a processor transaction's
         cpu = _CpuMeter(pids)
         out = asyncio.run(_measure(base, key, args, cpu))
         out.update(_stage_means(base, metrics_port))
@@ -128,7 +128,7 @@ def _local_broker_pid(settings: Any) -> int | None:
     if settings.bootstrap:
         return None
     broker = for_settings(settings)
-    return broker.status().pid if isinstance(broker, LocalBroker) else None
+    return broker.pid() if isinstance(broker, LocalBroker) else None
 
 
 def _workers_up(pid: int, workers: int, timeout_s: float) -> str | None:

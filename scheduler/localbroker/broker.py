@@ -119,6 +119,11 @@ class LocalBroker:
         args = read_cmdline(pid)
         return MAIN_CLASS in args and str(self.server_properties) in args
 
+    def pid(self) -> int | None:
+        """The live pid of this data dir's broker, or None: what :meth:`status` reports, without
+        its metadata request."""
+        return self._pid()
+
     def _pid(self) -> int | None:
         """The live pid of this data dir's broker: from the pid file, else found in /proc."""
         try:
