@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         pids = {"api": api.pid, "processor": procs[0].pid, "history": procs[1].pid, "client": os.getpid()}
         if (broker := _local_broker_pid(space.settings)) is not None:
             pids["broker"] = broker  # the embedded broker's share: a create is a processor transaction's
-        cpu = _CpuMeter(pids)
+        cpu = _CpuMeter(pids, f"http://127.0.0.1:{metrics_port}/metrics")
         out = asyncio.run(_measure(base, key, args, cpu))
         out.update(_stage_means(base, metrics_port))
     finally:
@@ -154,14 +154,17 @@ def api_workers(parent: Any) -> list[Any]:
 class _CpuMeter:
     """CPU seconds (user + system) each process spent between :meth:`mark` and :meth:`per`: on a
     shared machine the figure that does not depend on the other tenants of the CPUs. A process's
-    figure includes its children's (the API's workers), those alive at :meth:`mark`."""
+    figure includes its children's (the API's workers), those alive at :meth:`mark`. Also the
+    processor's transactions (its ``/metrics``): a create's broker CPU is their share."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], processor_metrics: str) -> None:
         import psutil
 
         self._procs = {name: psutil.Process(pid) for name, pid in pids.items()}
         self._at: dict[str, float] = {}
         self._family = {name: [p] for name, p in self._procs.items()}
+        self._metrics = processor_metrics
+        self._transactions = 0.0
 
     def _now(self) -> dict[str, float]:
         return {name: sum(sum(p.cpu_times()[:2]) for p in family) for name, family in self._family.items()}
@@ -170,12 +173,24 @@ class _CpuMeter:
         self._family = {name: [p, *p.children(recursive=True)] if name == "api" else [p]
                         for name, p in self._procs.items()}
         self._at = self._now()
+        self._transactions = _transactions(self._metrics)
 
     def per(self, n: int, what: str) -> dict[str, float]:
-        """CPU milliseconds per ``what`` (``n`` of them) of each process since :meth:`mark`."""
+        """CPU milliseconds per ``what`` (``n`` of them) of each process since :meth:`mark`, and
+        the processor's transactions per ``what``."""
         now = self._now()
-        return {f"{name}_cpu_ms_per_{what}": round(1000 * (now[name] - self._at[name]) / max(1, n), 3)
-                for name in now}
+        txns = (_transactions(self._metrics) - self._transactions) / max(1, n)
+        return {**{f"{name}_cpu_ms_per_{what}": round(1000 * (now[name] - self._at[name]) / max(1, n), 3)
+                   for name in now}, f"processor_transactions_per_{what}": round(txns, 4)}
+
+
+def _transactions(url: str) -> float:
+    """The processor's committed transactions so far (``ksched_transaction_seconds_count``)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("ksched_transaction_seconds_count"))
 
 
 def _connect(base: str, headers: dict[str, str]) -> Connection:
