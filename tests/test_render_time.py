@@ -29,3 +29,29 @@ def test_iso_edges() -> None:
     assert iso(1) == "1970-01-01T00:00:00.001Z"
     assert iso(-1) == "1969-12-31T23:59:59.999Z"
     assert iso(1_796_410_048_000) == "2026-12-04T18:47:28Z"
+
+
+@given(
+    payload=st.binary(max_size=8),
+    misfire=st.sampled_from(["SKIP", "FIRE_ONCE", "CATCH_UP"]),
+    end=st.none() | st.integers(min_value=0, max_value=2**40),
+)
+def test_spec_json_is_every_field_of_the_record(payload: bytes, misfire: str, end: int | None) -> None:
+    """The shallow copy ``spec_json`` makes agrees with ``dataclasses.asdict`` (the oracle) for
+    every field of the spec record, the payload rendered as text or base64."""
+    import base64
+    import dataclasses
+    import json
+
+    from scheduler.cli.render import spec_json
+    from scheduler.records import ScheduleSpecRecord
+
+    rec = ScheduleSpecRecord(kind="cron", cron="0 9 * * 1-5", timezone="Europe/Paris",
+                             handler="h", payload=payload, misfire=misfire, end_ms=end)  # type: ignore[arg-type]
+    want = dataclasses.asdict(rec)
+    del want["payload"]
+    try:
+        want["payload"] = payload.decode()
+    except UnicodeDecodeError:
+        want["payload_base64"] = base64.b64encode(payload).decode()
+    assert json.dumps(spec_json(rec), sort_keys=True) == json.dumps(want, sort_keys=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -39,12 +40,19 @@ _ISO = "%04d-%02d-%02dT%02d:%02d:%02d%s"
 
 def spec_json(spec: ScheduleSpecRecord) -> dict[str, Any]:
     """Every spec field; the payload as text, or ``payload_base64`` when it is not UTF-8."""
-    out = {k: v for k, v in dataclasses.asdict(spec).items() if k != "payload"}
+    # The spec record is flat: its fields as they are (dataclasses.asdict deep-copies each value,
+    # ~8 % of a describe's CPU in the API).
+    out = {k: getattr(spec, k) for k in _spec_fields(type(spec))}
     try:
         out["payload"] = spec.payload.decode()
     except UnicodeDecodeError:
         out["payload_base64"] = base64.b64encode(spec.payload).decode()
     return out
+
+
+@functools.cache
+def _spec_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "payload")
 
 
 def schedule_json(s: Schedule) -> dict[str, Any]:
