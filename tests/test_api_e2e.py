@@ -7,6 +7,7 @@ in-process app (``TestClient``) over the same services ``ksched api`` runs.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -473,9 +474,36 @@ def test_two_workers_on_one_port_both_serve_and_stop_together(ready: Api, tmp_pa
             for c in clients:
                 c.close()
         assert len(serving) == 2, f"only {len(serving)} worker accepted 16 connections"
+        # Each worker listens on a socket of its own (SO_REUSEPORT), the supervisor on none: on one
+        # shared socket the first worker to wake took most of a burst of connections.
+        listening = {w.pid: _listening_sockets(w.pid, port) for w in [parent, *workers]}
+        assert listening[parent.pid] == set(), listening
+        assert all(len(listening[w.pid]) == 1 for w in workers), listening
+        assert len(set.union(*(listening[w.pid] for w in workers))) == 2, listening
+        burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(64)]
+        try:
+            def held() -> list[int] | None:
+                n = [sum(k.status == psutil.CONN_ESTABLISHED and k.laddr.port == port
+                         for k in w.net_connections("tcp")) for w in workers]
+                return n if sum(n) == 64 else None
+
+            split = _until("the 64 connections accepted", held, 30)
+            assert min(split) >= 16, f"64 connections opened at once split {split}"  # P < 1e-4 by chance
+        finally:
+            for sk in burst:
+                sk.close()
         proc.terminate()
         assert proc.wait(30) == 0
         assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+
+
+def _listening_sockets(pid: int, port: int) -> set[str]:
+    """The socket inodes ``pid`` holds in LISTEN on ``port`` (``socket:[n]`` of its fds)."""
+    import psutil
+
+    fds = {k.fd for k in psutil.Process(pid).net_connections("tcp")
+           if k.status == psutil.CONN_LISTEN and k.laddr.port == port}
+    return {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}
 
 
 def test_one_idempotency_key_raced_on_two_api_instances_makes_one_schedule(

@@ -67,7 +67,9 @@ def serve(port: int, *, host: str = "127.0.0.1", timeout_s: float = 5.0, workers
             uvicorn.run(create_app(svc), **options)
         else:
             os.environ[_TIMEOUT_ENV] = repr(timeout_s)  # inherited by the spawned workers
-            uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **options)
+            from scheduler.api.reuseport import supervise
+
+            supervise(uvicorn.Config(f"{__name__}:worker_app", factory=True, workers=workers, **options))
     finally:
         if target is not None:
             unregister(target)
