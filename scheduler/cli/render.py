@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import functools
 import time
 from typing import Any
 
@@ -42,7 +41,7 @@ def spec_json(spec: ScheduleSpecRecord) -> dict[str, Any]:
     """Every spec field; the payload as text, or ``payload_base64`` when it is not UTF-8."""
     # The spec record is flat: its fields as they are (dataclasses.asdict deep-copies each value,
     # ~8 % of a describe's CPU in the API).
-    out = {k: getattr(spec, k) for k in _spec_fields(type(spec))}
+    out = {k: getattr(spec, k) for k in _SPEC_FIELDS}
     try:
         out["payload"] = spec.payload.decode()
     except UnicodeDecodeError:
@@ -50,9 +49,7 @@ def spec_json(spec: ScheduleSpecRecord) -> dict[str, Any]:
     return out
 
 
-@functools.cache
-def _spec_fields(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name != "payload")
+_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleSpecRecord) if f.name != "payload")
 
 
 def schedule_json(s: Schedule) -> dict[str, Any]:
