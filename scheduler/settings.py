@@ -61,6 +61,9 @@ class Settings:
     tick_interval_ms: int = 100
     prepare_ahead_s: int = 30  # dispatch records due within this horizon are encoded ahead of time
     tick_budget: int = 20_000  # max dispatches per shard per transaction
+    # Under a stream of commands and reports, a shard's transactions start at least this far apart
+    # (scheduler/processor/runtime.py, linger_until; docs/api.md): 0 turns it off.
+    command_linger_ms: int = 40
     lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
     finished_retention_s: int = 7 * 86_400  # COMPLETED / CANCELED schedules kept this long, then purged
     # Blue/green repartition (docs/operations.md): emit nothing whose time is at or after this
@@ -234,6 +237,11 @@ def _validate_processor(s: Settings) -> None:
         raise SettingsError(f"setting tick_budget: {s.tick_budget} must be at least 1")
     if s.tick_interval_ms < 1:
         raise SettingsError(f"setting tick_interval_ms: {s.tick_interval_ms} must be positive")
+    if s.command_linger_ms < 0:
+        raise SettingsError(
+            f"setting command_linger_ms: {s.command_linger_ms} must be 0 (off) or more; "
+            "set KSCHED_COMMAND_LINGER_MS to e.g. 40"
+        )
 
 
 RECORD_FRAMINGS = ("single-object", "confluent")

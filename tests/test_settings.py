@@ -39,6 +39,7 @@ def test_env_overrides_file_overrides_defaults(tmp_path: Path) -> None:
         ({"KSCHED_PARTITIONS": "0"}, "setting partitions: 0 must be at least 1"),
         ({"KSCHED_ENVIRONMENT": "staging"}, "setting environment: 'staging' is not one of local, production"),
         ({"KSCHED_NAMESPACE": "Bad.Name"}, "setting namespace: 'Bad.Name' must be lower-case"),
+        ({"KSCHED_COMMAND_LINGER_MS": "-1"}, "setting command_linger_ms: -1 must be 0"),
     ],
 )
 def test_bad_settings_name_the_field(env: dict[str, str], message: str) -> None:

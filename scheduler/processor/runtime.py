@@ -11,6 +11,7 @@ shards are taken and given up only through :class:`~scheduler.processor.ownershi
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -49,7 +50,50 @@ STANDBY_BUDGET_S = 0.02
 # Longest a burst's shards are ticked again without a poll (commands and reports wait meanwhile).
 BURST_ROUNDS_S = 1.0
 POLL_BATCH = 5000  # records taken per poll at most
+# A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
+# bring ~25 a poll, one client sending command after command brings one.
+LINGER_MIN_RECORDS = 16
 WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
+
+
+def linger_until(got: int, last_batch_at: float, linger_s: float, deadline: float) -> float:
+    """Until when a poll that brought ``got`` records goes on taking more (monotonic seconds).
+
+    Under a stream of commands and reports (a poll bringing ``LINGER_MIN_RECORDS`` or more), until
+    ``linger_s`` after the previous poll that brought any: one transaction per shard every
+    ``linger_s`` at most, not one per poll. Never past ``deadline`` (the poll's timeout: the next
+    tick or the soonest due work). A smaller batch is not held: a client sending one command after
+    another would wait out the linger on each for nothing to batch. Nor is a batch after a quiet
+    spell (the time is past), and when a tick takes longer than ``linger_s`` nothing is added."""
+    if got < LINGER_MIN_RECORDS:
+        return -math.inf
+    return min(deadline, last_batch_at + linger_s)
+
+
+def take_records(
+    consumer: Consumer, timeout: float, last_batch_at: float, linger_s: float, batch: int = POLL_BATCH
+) -> tuple[list[Message], float]:
+    """The records of one poll, at most ``batch``, and the new ``last_batch_at`` (the monotonic end
+    of this poll if it brought any, else unchanged). Returns within ``timeout`` seconds.
+
+    ``consume(n, timeout)`` waits for ``n`` records or the whole timeout: a command would wait for
+    the next tick, and its caller with it. So: what is fetched already; else the first record
+    within ``timeout`` and what is fetched with it; then, under a stream, more until
+    :func:`linger_until`. Commands that arrive during a tick's commit make the next tick's batch.
+    """
+    started = time.monotonic()
+    got: list[Message] = consumer.consume(num_messages=batch, timeout=0)
+    if not got:
+        if timeout <= 0:
+            return got, last_batch_at
+        first = consumer.poll(timeout)
+        if first is None:
+            return [], last_batch_at
+        got = [first, *consumer.consume(num_messages=batch - 1, timeout=0)]
+    until = linger_until(len(got), last_batch_at, linger_s, started + timeout)
+    while len(got) < batch and (left := until - time.monotonic()) > 0.001:
+        got.extend(consumer.consume(num_messages=batch - len(got), timeout=left))
+    return got, time.monotonic()
 
 
 class Processor:
@@ -93,6 +137,7 @@ class Processor:
         self.quotas = QuotaFeed(settings, self.instance_id)
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
+        self._last_batch_at = -1e9  # monotonic end of the last poll that brought records
 
     @property
     def owned(self) -> dict[int, OwnedShard]:
@@ -231,16 +276,10 @@ class Processor:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
         assert self.consumer is not None
         self.checkpoints.assert_none_open("poll")
-        # consume(n, timeout) waits for n records or the whole timeout: a command would wait for the
-        # next tick, and its caller with it. Wait for the first record only, then take what is
-        # fetched; commands that arrive during a tick's commit make the next tick's batch.
-        got: list[Message] = self.consumer.consume(num_messages=POLL_BATCH, timeout=0)
-        if got or timeout <= 0:
-            return got
-        first = self.consumer.poll(timeout)
-        if first is None:
-            return []
-        return [first, *self.consumer.consume(num_messages=POLL_BATCH - 1, timeout=0)]
+        got, self._last_batch_at = take_records(
+            self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000
+        )
+        return got
 
     def _prepare_ahead(self, idle_s: float) -> float:
         """Spend the idle part of ``idle_s`` encoding dispatch heads due within
