@@ -109,7 +109,7 @@ def _sid(schedule_id: str) -> str:
         **_WRITE,
     },
 )
-def create(
+async def create(
     body: m.SpecIn,  # type: ignore[valid-type]
     tenant: Tenant,
     svc: Svc,
@@ -118,25 +118,27 @@ def create(
         Header(alias="Idempotency-Key", description="the same key and body answer the same schedule"),
     ] = None,
 ) -> Any:
+    # On the event loop: the command's delivery and result are awaited, not waited for in a
+    # thread-pool thread (CommandRouter.send).
     spec = m.domain_spec(body)
     try:
         key = check_key(idempotency_key, "Idempotency-Key") if idempotency_key is not None else None
     except SpecError as exc:
         raise m.spec_problem(exc) from None
 
-    def send() -> JSONResponse:
+    async def send() -> JSONResponse:
         try:
             with answering():
-                return _answer(svc.router.create(tenant, spec, key=key), 201)
+                return _answer(await svc.router.send(svc.router.create_request(tenant, spec, key=key)), 201)
         except RequestTimeout as t:
             return _pending(t)
         except CommandRejected as r:
             raise rejected(r, create=True) from None
 
     if key is None:
-        return send()
+        return await send()
     with svc.in_flight(tenant, key):
-        return send()
+        return await send()
 
 
 @router.get(

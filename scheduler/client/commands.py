@@ -183,11 +183,15 @@ class SchedulerClient(QueryCalls):
         before anything is sent and a retry of its :class:`PendingRequest` is
         idempotent. Raises :class:`RequestTimeout` (carrying it) when no answer arrives.
         """
+        return self.retry(self.create_request(tenant, spec, key=key))
+
+    def create_request(self, tenant: str, spec: ScheduleSpec, *, key: str | None = None) -> PendingRequest:
+        """The create command :meth:`create` sends, not sent (validated: errors surface here)."""
         check_tenant(tenant)
         key = check_key(key) if key is not None else GENERATED_KEY_PREFIX + uuid.uuid4().hex
         compile_spec(spec)  # validation errors surface before anything is published
         sid = schedule_id_for(tenant, key)
-        return self._send(tenant, sid, CommandKind.CREATE, spec=spec, key=key)
+        return self._request(tenant, sid, CommandKind.CREATE, spec=spec, key=key)
 
     def update(
         self, tenant: str, schedule_id: str, spec: ScheduleSpec, *, expected_version: int | None = None
@@ -240,7 +244,6 @@ class SchedulerClient(QueryCalls):
         Raises :class:`PublishError` if Kafka refused the record, TimeoutError
         (:meth:`await_result`) if no answer arrives.
         """
-        self._own(command.tenant)
         failed: list[KafkaError] = []
         done = threading.Event()
 
@@ -249,40 +252,54 @@ class SchedulerClient(QueryCalls):
                 failed.append(err)
             done.set()
 
-        check_tenant(command.tenant)  # it names the topics
-        self._read_results_of(command.tenant)  # before sending: its answer must not be missed
-        topic = topic_name(self.settings, "commands", command.tenant)
-        what = f"{command.kind} {command.request_id}"
-        for fresh in (False, True):
-            try:
-                self._producer.produce(topic, encode(command), (command.schedule_id or "").encode(),
-                                       on_delivery=delivered)
-                break
-            except (KafkaException, BufferError) as exc:
-                err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-                if isinstance(err, KafkaError) and is_denial(err):  # refused before any delivery report
-                    raise denied(self.conn.who, err, topic, "write") from None
-                if fresh or not isinstance(err, KafkaError) or err.code() != KafkaError._FATAL:
-                    raise PublishError(f"{what}: Kafka refused the command: {exc}") from None
-                # The producer died earlier (librdkafka makes a refused idempotent PID fatal, e.g.
-                # its principal's ACLs taken away) and never produces again: the record was not
-                # taken, so a new producer tries it once and its own answer decides.
-                self._producer = producer(self.conn)
+        self._produce(command, delivered)
         try:
             self._await_delivery(done)
         except KafkaException as exc:  # the producer's fatal error, raised by its flush
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             self._producer = producer(self.conn)
+            topic = topic_name(self.settings, "commands", command.tenant)
             if err is not None and is_denial(err):
                 raise denied(self.conn.who, err, topic, "write") from None
-            raise PublishError(f"{what}: the command was not written: {exc}") from None
-        if failed and is_denial(failed[0]):
-            raise denied(self.conn.who, failed[0], topic, "write")
-        if failed:
-            if failed[0].code() == KafkaError._FATAL:
-                self._producer = producer(self.conn)  # a dead producer: the next command gets a new one
-            raise PublishError(f"{what}: the command was not written: {failed[0]}")
+            raise PublishError(f"{command.kind} {command.request_id}: the command was not written: "
+                               f"{exc}") from None
+        self._check_delivered(command, failed)
         return self.await_result(command.request_id) if wait else None
+
+    def _produce(self, command: ScheduleCommand, delivered: Any) -> None:
+        """Hand ``command`` to the producer (``delivered(err, msg)`` is its delivery report); raises
+        :class:`AccessDenied` or :class:`PublishError` when Kafka refuses it at once."""
+        self._own(command.tenant)
+        check_tenant(command.tenant)  # it names the topics
+        self._read_results_of(command.tenant)  # before sending: its answer must not be missed
+        topic = topic_name(self.settings, "commands", command.tenant)
+        for fresh in (False, True):
+            try:
+                self._producer.produce(topic, encode(command), (command.schedule_id or "").encode(),
+                                       on_delivery=delivered)
+                return
+            except (KafkaException, BufferError) as exc:
+                err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+                if isinstance(err, KafkaError) and is_denial(err):  # refused before any delivery report
+                    raise denied(self.conn.who, err, topic, "write") from None
+                if fresh or not isinstance(err, KafkaError) or err.code() != KafkaError._FATAL:
+                    raise PublishError(f"{command.kind} {command.request_id}: Kafka refused the "
+                                       f"command: {exc}") from None
+                # The producer died earlier (librdkafka makes a refused idempotent PID fatal, e.g.
+                # its principal's ACLs taken away) and never produces again: the record was not
+                # taken, so a new producer tries it once and its own answer decides.
+                self._producer = producer(self.conn)
+
+    def _check_delivered(self, command: ScheduleCommand, failed: list[KafkaError]) -> None:
+        """Raise what a failed delivery report (``failed``: its errors) means for ``command``."""
+        if not failed:
+            return
+        topic = topic_name(self.settings, "commands", command.tenant)
+        if is_denial(failed[0]):
+            raise denied(self.conn.who, failed[0], topic, "write")
+        if failed[0].code() == KafkaError._FATAL:
+            self._producer = producer(self.conn)  # a dead producer: the next command gets a new one
+        raise PublishError(f"{command.kind} {command.request_id}: the command was not written: {failed[0]}")
 
     def _await_delivery(self, done: threading.Event) -> None:
         """Until the broker has acknowledged (or refused) the record just produced; here by a
@@ -333,6 +350,19 @@ class SchedulerClient(QueryCalls):
         key: str | None = None,
         expected_version: int | None = None,
     ) -> Accepted:
+        return self.retry(self._request(tenant, sid, kind, spec=spec, key=key,
+                                        expected_version=expected_version))
+
+    @staticmethod
+    def _request(
+        tenant: str,
+        sid: str,
+        kind: CommandKind,
+        *,
+        spec: ScheduleSpec | None = None,
+        key: str | None = None,
+        expected_version: int | None = None,
+    ) -> PendingRequest:
         check_tenant(tenant)
         check_schedule_id(sid)
         rid = uuid.uuid4().hex
@@ -346,7 +376,7 @@ class SchedulerClient(QueryCalls):
             spec=ScheduleSpecRecord.from_domain(spec) if spec is not None else None,
             issued_at_ms=int(time.time() * 1000),
         )
-        return self.retry(PendingRequest(kind, tenant, sid, rid, key, cmd))
+        return PendingRequest(kind, tenant, sid, rid, key, cmd)
 
     @staticmethod
     def _accepted(pending: PendingRequest, res: CommandResult) -> Accepted:
