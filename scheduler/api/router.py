@@ -21,7 +21,7 @@ import anyio.to_thread
 from confluent_kafka import KafkaError, Message
 from prometheus_client import Histogram
 
-from scheduler.client import Accepted, PendingRequest, RequestTimeout, SchedulerClient
+from scheduler.client import Accepted, PendingRequest, PublishError, RequestTimeout, SchedulerClient
 from scheduler.kafka.errors import denied, is_denial
 from scheduler.principals import as_api
 from scheduler.records import CommandResult, decode
@@ -80,7 +80,14 @@ class CommandRouter(SchedulerClient):
             return
         done: Future[None] = Future()
         self._assignments.put((tenant, done))
-        done.result(self.timeout_s + 30)  # the end offsets: a new topic's leader may take a moment
+        wait_s = self.timeout_s + 30  # the end offsets: a new topic's leader may take a moment
+        try:
+            done.result(wait_s)
+        except TimeoutError:  # nothing was sent: not a pending request (202) but unavailable (503)
+            raise PublishError(
+                f"tenant {tenant}: its results topic was not assigned within {wait_s:g}s (the "
+                "broker is slow or unreachable): nothing was sent; retry the request"
+            ) from None
 
     def _assign_asked(self) -> None:
         while True:
@@ -184,6 +191,10 @@ class CommandRouter(SchedulerClient):
             acked = time.time()
             _PUBLISH.observe(acked - started)
             self._check_delivered(cmd, failed)
+            with self._arrived:
+                ready = rid in self._pending
+            if not ready and self._error is not None:  # set before this request registered
+                raise self._error
             await asyncio.wait([answered], timeout=self.timeout_s)
             with self._arrived:
                 res = self._pending.pop(rid, None)

@@ -1,0 +1,130 @@
+"""``CommandRouter.send``, the API's create on the event loop, with its Kafka parts replaced by
+threads that deliver and answer on a timetable: the answer, the deadlines (the delivery, then the
+result: RequestTimeout), the errors, and no waiter left behind. (Against the broker:
+tests/test_api_e2e.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from scheduler.api.router import CommandRouter
+from scheduler.client import CommandRejected, PendingRequest, PublishError, RequestTimeout
+from scheduler.domain import ScheduleSpec
+from scheduler.records import CommandResult
+from scheduler.settings import Settings
+
+TIMEOUT_S = 0.2
+
+
+class _Router(CommandRouter):
+    """The router's bookkeeping without its clients: ``_produce`` delivers after ``deliver_s``
+    (with ``deliver_error``) and the processor answers after ``answer_s`` (None: never)."""
+
+    def __init__(self, *, deliver_s: float | None = 0.01, answer_s: float | None = 0.02,
+                 deliver_error: KafkaError | None = None, status: str = "ACCEPTED") -> None:
+        self.settings = Settings()
+        self.timeout_s = TIMEOUT_S
+        self.keep_s = 60.0
+        self._arrived = threading.Lock()
+        self._waiting = {}
+        self._awaiting = {}
+        self._times = {}
+        self._acked = threading.local()
+        self._order = deque()
+        self._pending = {}
+        self._reading = {"t1"}
+        self._error = None
+        self.deliver_s, self.answer_s = deliver_s, answer_s
+        self.deliver_error, self.status = deliver_error, status
+
+    def _produce(self, command: Any, delivered: Any) -> None:
+        def later(after: float | None, fn: Any) -> None:
+            if after is not None:
+                threading.Timer(after, fn).start()
+
+        later(self.deliver_s, lambda: delivered(self.deliver_error, None))
+        ok = self.status == "ACCEPTED"
+        later(self.answer_s, lambda: self._arrived_result(CommandResult(
+            request_id=command.request_id, tenant=command.tenant, schedule_id=command.schedule_id,
+            status=self.status, version=1, processed_at_ms=0, code=None if ok else "CONFLICT",
+            reason=None if ok else "another body"), time.time()))
+
+    def _noted(self, pending: PendingRequest, res: CommandResult) -> Any:
+        return self._accepted(pending, res)
+
+
+def _request(router: _Router) -> PendingRequest:
+    spec = ScheduleSpec(kind="cron", cron="0 3 * * *", timezone="UTC", handler="h")  # type: ignore[arg-type]
+    return router.create_request("t1", spec, key="k1")
+
+
+def _send(router: _Router) -> tuple[Any, float]:
+    async def go() -> Any:
+        return await router.send(_request(router))
+
+    t = time.monotonic()
+    try:
+        return asyncio.run(go()), time.monotonic() - t
+    finally:
+        assert router._awaiting == {}  # no waiter left behind, whatever the outcome
+
+
+def test_the_answer_settles_the_request() -> None:
+    acc, took = _send(_Router())
+    assert acc.version == 1 and took < TIMEOUT_S
+
+
+def test_a_result_before_the_delivery_report_is_not_missed() -> None:
+    acc, took = _send(_Router(deliver_s=0.05, answer_s=0.0))
+    assert acc.version == 1 and took < TIMEOUT_S
+
+
+def test_no_answer_is_a_request_timeout_after_the_result_deadline() -> None:
+    with pytest.raises(RequestTimeout):
+        _send(_Router(answer_s=None))
+    t = time.monotonic()
+    with pytest.raises(RequestTimeout):  # neither a delivery report: both deadlines
+        _send(_Router(deliver_s=None, answer_s=None))
+    assert time.monotonic() - t >= 2 * TIMEOUT_S * 0.9
+
+
+def test_a_rejection_is_raised() -> None:
+    with pytest.raises(CommandRejected):
+        _send(_Router(status="REJECTED"))
+
+
+def test_a_failed_delivery_is_a_publish_error_without_waiting_for_a_result() -> None:
+    t = time.monotonic()
+    with pytest.raises(PublishError, match="the command was not written"):
+        _send(_Router(deliver_error=KafkaError(KafkaError._MSG_TIMED_OUT), answer_s=None))
+    assert time.monotonic() - t < TIMEOUT_S
+
+
+def test_a_results_topic_refused_earlier_answers_at_once() -> None:
+    router = _Router(answer_s=None)
+    router._error = PublishError("results topic denied")
+    t = time.monotonic()
+    with pytest.raises(PublishError, match="results topic denied"):
+        _send(router)
+    assert time.monotonic() - t < TIMEOUT_S
+
+
+def test_a_cancelled_request_leaves_no_waiter() -> None:
+    router = _Router(answer_s=None)
+
+    async def go() -> None:
+        task = asyncio.create_task(router.send(_request(router)))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert router._awaiting == {}
