@@ -203,9 +203,9 @@ class SchedulerClient(QueryCalls):
         """
         check_tenant(tenant)
         compile_spec(spec)
-        return self._send(
+        return self.retry(self._request(
             tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=expected_version
-        )
+        ))
 
     def patch(
         self, tenant: str, schedule_id: str, *, expected_version: int | None = None, **changes: Any
@@ -227,16 +227,24 @@ class SchedulerClient(QueryCalls):
         spec = current.spec.to_domain().patched(**changes)
         compile_spec(spec)
         version = current.version if expected_version is None else expected_version
-        return self._send(tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=version)
+        return self.retry(
+            self._request(tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=version)
+        )
 
     def pause(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self._send(tenant, schedule_id, CommandKind.PAUSE, expected_version=expected_version)
+        return self.retry(
+            self._request(tenant, schedule_id, CommandKind.PAUSE, expected_version=expected_version)
+        )
 
     def resume(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self._send(tenant, schedule_id, CommandKind.RESUME, expected_version=expected_version)
+        return self.retry(
+            self._request(tenant, schedule_id, CommandKind.RESUME, expected_version=expected_version)
+        )
 
     def cancel(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self._send(tenant, schedule_id, CommandKind.CANCEL, expected_version=expected_version)
+        return self.retry(
+            self._request(tenant, schedule_id, CommandKind.CANCEL, expected_version=expected_version)
+        )
 
     def publish(self, command: ScheduleCommand, *, wait: bool = True) -> CommandResult | None:
         """Publish a raw command (keyed by schedule id); optionally await its result.
@@ -339,19 +347,6 @@ class SchedulerClient(QueryCalls):
         fresh = res.reason is None  # a replay (reason set) wrote nothing new: only its version counts
         self.history.noted(pending.tenant, acc.schedule_id, acc.version, acc.request_id if fresh else None)
         return acc
-
-    def _send(
-        self,
-        tenant: str,
-        sid: str,
-        kind: CommandKind,
-        *,
-        spec: ScheduleSpec | None = None,
-        key: str | None = None,
-        expected_version: int | None = None,
-    ) -> Accepted:
-        return self.retry(self._request(tenant, sid, kind, spec=spec, key=key,
-                                        expected_version=expected_version))
 
     @staticmethod
     def _request(
