@@ -186,11 +186,21 @@ class _CpuMeter:
 
 def _transactions(url: str) -> float:
     """The processor's committed transactions so far (``ksched_transaction_seconds_count``)."""
+    return _histogram_totals(url, "ksched_transaction_seconds").get("all", (0.0, 0.0))[1]
+
+
+def _histogram_totals(url: str, metric: str) -> dict[str, tuple[float, float]]:
+    """``metric``'s (sum, count) at the /metrics ``url``, by its ``stage`` label ("all" without one)."""
     import urllib.request
 
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("ksched_transaction_seconds_count"))
+    got: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for part in ("_sum", "_count"):
+            if line.startswith(metric + part):
+                label = line.split('stage="')[1].split('"')[0] if 'stage="' in line else "all"
+                got.setdefault(label, [0.0, 0.0])[part == "_count"] += float(line.rsplit(" ", 1)[1])
+    return {k: (v[0], v[1]) for k, v in got.items()}
 
 
 def _connect(base: str, headers: dict[str, str]) -> Connection:
@@ -262,21 +272,9 @@ async def _indexed(base: str, key: str, sid: str, timeout_s: float = 120) -> Non
 def _stage_means(base: str, processor_metrics_port: int) -> dict[str, float]:
     """Mean seconds of each stage of a command's round trip (the API's
     ``ksched_api_command_stage_seconds``, warm-up included) and of the processor's transactions."""
-    import urllib.request
-
-    def sums(url: str, metric: str) -> dict[str, tuple[float, float]]:
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        got: dict[str, list[float]] = {}
-        for line in text.splitlines():
-            for part in ("_sum", "_count"):
-                if line.startswith(metric + part):
-                    label = line.split('stage="')[1].split('"')[0] if 'stage="' in line else "all"
-                    got.setdefault(label, [0.0, 0.0])[part == "_count"] += float(line.rsplit(" ", 1)[1])
-        return {k: (v[0], v[1]) for k, v in got.items()}
-
-    stages = sums(f"{base}/metrics", "ksched_api_command_stage_seconds")
+    stages = _histogram_totals(f"{base}/metrics", "ksched_api_command_stage_seconds")
     processor = f"http://127.0.0.1:{processor_metrics_port}/metrics"
-    stages["transaction"] = sums(processor, "ksched_transaction_seconds").get("all", (0.0, 0.0))
+    stages["transaction"] = _histogram_totals(processor, "ksched_transaction_seconds").get("all", (0.0, 0.0))
     return {f"stage_{k}_mean_s": round(total / n, 4) for k, (total, n) in stages.items() if n}
 
 
