@@ -103,7 +103,10 @@ class Indexer:
             conn, self.group,
             **{"partition.assignment.strategy": "cooperative-sticky",
                "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-               "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 65_536},
+               "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 65_536,
+               # a fetch waits for 64 KB or 100 ms, not the first record: every transaction's
+               # commit made one (~420 fetches/s at 840 creates/s); the store lags ≤ 0.1 s more
+               "fetch.min.bytes": 65_536, "fetch.wait.max.ms": 100},
         )
 
     def stop(self) -> None:

@@ -199,11 +199,17 @@ class Checkpoint:
 
     # -- 2. produce ---------------------------------------------------------------
     def result(self, outcome: CommandOutcome, now: int, tenant: str) -> None:
-        """A command's answer on the results topic of ``tenant``, whose commands topic it came on."""
+        """A command's answer on the results topic of ``tenant``, whose commands topic it came on.
+
+        Keyed by request id but written to the shard's own partition, not the key's: librdkafka
+        sends one partition per ProduceRequest and the broker writes a commit marker per
+        partition, so a tick's results spread by key cost ~3 requests and markers more per
+        transaction (docs/decisions.md). Callers read every partition of the topic anyway."""
         self._at(PRODUCE)
         header = self._registry.topics.header(CommandResult, "results", tenant)
         value = wire.encode_result(outcome, now, header)
-        self._produce(self._registry.topics.of("results", tenant), value, outcome.request_id.encode())
+        topic = self._registry.topics.of("results", tenant)
+        self._produce(topic, value, outcome.request_id.encode(), self._p)
 
     def undecodable(self, offset: int | None, key: bytes | None, reason: str, now: int, tenant: str) -> None:
         """The answer to a record of ``commands.<tenant>[p]`` that is not a command or a report."""
@@ -211,7 +217,7 @@ class Checkpoint:
         rid = f"undecodable-{self._p}-{offset}"
         header = self._registry.topics.header(CommandResult, "results", tenant)
         value = wire.encode_undecodable_result(rid, self._p, offset or 0, key, reason, now, header)
-        self._produce(self._registry.topics.of("results", tenant), value, rid.encode())
+        self._produce(self._registry.topics.of("results", tenant), value, rid.encode(), self._p)
 
     def schedule_change(self, entry: Entry, kind: str, request_id: str, now: int) -> None:
         """The schedules (the processors' and the tenant's copy), history and versions records of
