@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from scheduler.api.deps import Svc, Tenant, answering, problem_responses
+from scheduler.api.deps import Auth, answering, problem_responses
 from scheduler.cli import render
 
 router = APIRouter(prefix="/v1", tags=["occurrences"])
@@ -73,10 +73,10 @@ def _nearest_rank(xs: list[float], q: float) -> float | None:
     responses={200: {"content": {"application/json": {"example": _EXAMPLE}}}, **problem_responses(503)},
 )
 def lag(
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     window_minutes: Annotated[int, Query(ge=1, le=1440, description="how far back from now")] = 60,
 ) -> Any:
+    tenant, svc = caller
     to = int(time.time() * 1000)
     lo = to - window_minutes * 60_000
     lags: list[float] = []

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 
 from scheduler.api import models as m
-from scheduler.api.deps import Svc, Tenant, answering, problem_responses, unavailable
+from scheduler.api.deps import Auth, answering, problem_responses, unavailable
 from scheduler.api.problems import ApiProblem
 from scheduler.cli import UsageError, render
 from scheduler.cli.instants import iso_utc
@@ -55,8 +55,7 @@ def _ms(name: str, text: str | None, default_ms: int) -> int:
     },
 )
 def occurrences(
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     schedule_id: Annotated[str | None, Query(description="only this schedule's")] = None,
     from_: Annotated[
         str | None, Query(alias="from", description="scheduled_for >= this (default 24 h ago)")
@@ -66,6 +65,7 @@ def occurrences(
     cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Any:
+    tenant, svc = caller
     now = int(time.time() * 1000)
     lo, hi = _ms("from", from_, now - _DAY_MS), _ms("to", to, now)
     try:
@@ -87,7 +87,8 @@ def occurrences(
         **problem_responses(404, 503),
     },
 )
-def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: Tenant, svc: Svc) -> Any:
+def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], caller: Auth) -> Any:
+    tenant, svc = caller
     with answering("occurrence_id", occurrence_id):
         return render.detail_json(svc.router.occurrence(tenant, occurrence_id))
 
@@ -103,11 +104,11 @@ def occurrence(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenan
     },
 )
 def dlq(
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Any:
+    tenant, svc = caller
     try:
         with answering():
             page = svc.router.history.store().dead_letters(tenant, cursor=cursor, limit=limit)
@@ -132,7 +133,8 @@ def dlq(
         **problem_responses(404, 409, 503),
     },
 )
-def replay(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: Tenant, svc: Svc) -> Any:
+def replay(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], caller: Auth) -> Any:
+    tenant, svc = caller
     from scheduler.dlq import DlqNotIndexedYet, NotInDlq, find_dead
     from scheduler.dlq import replay as replay_entries
     from scheduler.principals import as_api
@@ -178,7 +180,7 @@ def replay(occurrence_id: Annotated[str, Path(examples=["o-5d1c2b"])], tenant: T
         **problem_responses(413, 415),
     },
 )
-def preview(body: m.PreviewIn, tenant: Tenant) -> Any:
+def preview(body: m.PreviewIn, _caller: Auth) -> Any:  # the key is checked, no tenant data read
     from scheduler.cli.preview_cmd import rows
 
     if (body.cron is None) == (body.at is None):

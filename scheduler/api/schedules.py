@@ -15,8 +15,7 @@ from fastapi.responses import JSONResponse
 
 from scheduler.api import models as m
 from scheduler.api.deps import (
-    Svc,
-    Tenant,
+    Auth,
     answering,
     etag,
     if_match,
@@ -111,13 +110,13 @@ def _sid(schedule_id: str) -> str:
 )
 async def create(
     body: m.SpecIn,  # type: ignore[valid-type]
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     idempotency_key: Annotated[
         str | None,
         Header(alias="Idempotency-Key", description="the same key and body answer the same schedule"),
     ] = None,
 ) -> Any:
+    tenant, svc = caller
     # On the event loop: the command's delivery and result are awaited, not waited for in a
     # thread-pool thread (CommandRouter.send).
     spec = m.domain_spec(body)
@@ -151,13 +150,13 @@ async def create(
     },
 )
 def list_schedules(
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     state: Literal["ACTIVE", "PAUSED", "CANCELED", "COMPLETED"] | None = None,
     handler: Annotated[str | None, Query(description="only schedules whose spec targets it")] = None,
     cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Any:
+    tenant, svc = caller
     try:
         with answering():
             page = svc.router.list(tenant, state=state, handler=handler, cursor=cursor, limit=limit)
@@ -199,11 +198,11 @@ def list_schedules(
 )
 async def describe(
     schedule_id: SID,
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     next: Annotated[int, Query(ge=0, le=1000, description="next fire times to answer")] = 5,
     last: Annotated[int, Query(ge=0, le=1000, description="last occurrences to answer")] = 10,
 ) -> Any:
+    tenant, svc = caller
     sid = _sid(schedule_id)
 
     def described() -> ScheduleDescription:
@@ -248,10 +247,10 @@ def _command(ident: str, fn: Any, /, **kw: Any) -> JSONResponse:
 def patch(
     schedule_id: SID,
     body: m.SpecPatch,  # type: ignore[valid-type]
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     match: IF_MATCH = None,
 ) -> Any:
+    tenant, svc = caller
     sid = _sid(schedule_id)
     want = if_match(match)
     with answering("schedule_id", sid):
@@ -281,10 +280,10 @@ def patch(
 def replace(
     schedule_id: SID,
     body: m.SpecIn,  # type: ignore[valid-type]
-    tenant: Tenant,
-    svc: Svc,
+    caller: Auth,
     match: IF_MATCH = None,
 ) -> Any:
+    tenant, svc = caller
     sid = _sid(schedule_id)
     spec = m.domain_spec(body)
     return _command(
@@ -298,7 +297,8 @@ def replace(
     summary="Pause a schedule",
     responses={200: _example(_ACCEPTED_EX), **_PENDING, **_WRITE},
 )
-def pause(schedule_id: SID, tenant: Tenant, svc: Svc, match: IF_MATCH = None) -> Any:
+def pause(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
+    tenant, svc = caller
     sid = _sid(schedule_id)
     return _command(sid, svc.router.pause, tenant=tenant, schedule_id=sid, expected_version=if_match(match))
 
@@ -309,7 +309,8 @@ def pause(schedule_id: SID, tenant: Tenant, svc: Svc, match: IF_MATCH = None) ->
     summary="Resume a paused schedule",
     responses={200: _example(_ACCEPTED_EX), **_PENDING, **_WRITE},
 )
-def resume(schedule_id: SID, tenant: Tenant, svc: Svc, match: IF_MATCH = None) -> Any:
+def resume(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
+    tenant, svc = caller
     sid = _sid(schedule_id)
     return _command(sid, svc.router.resume, tenant=tenant, schedule_id=sid, expected_version=if_match(match))
 
@@ -324,7 +325,8 @@ def resume(schedule_id: SID, tenant: Tenant, svc: Svc, match: IF_MATCH = None) -
         **_WRITE,
     },
 )
-def cancel(schedule_id: SID, tenant: Tenant, svc: Svc, match: IF_MATCH = None) -> Any:
+def cancel(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
+    tenant, svc = caller
     sid = _sid(schedule_id)
     got = _send(sid, svc.router.cancel, tenant=tenant, schedule_id=sid, expected_version=if_match(match))
     if isinstance(got, JSONResponse):
