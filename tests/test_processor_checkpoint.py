@@ -226,3 +226,38 @@ def test_an_abort_that_fails_asks_for_a_rejoin() -> None:
     assert cp.fail(exc.value) is Loss.ABORT_FAILED
     cps.assert_none_open("poll")
     cps.shutdown()
+
+
+class PartitionRecorder(RecordingProducer):
+    """Records where each record went: (topic, key, partition)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.placed: list[tuple[str, bytes | None, int]] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int = -1) -> None:
+        self.placed.append((topic, key, partition))
+        super().produce(topic, value, key, partition)
+
+
+@pytest.mark.parametrize("shard", [0, 3])
+def test_a_result_goes_to_its_shards_partition_not_its_keys(shard: int) -> None:
+    """One partition of results.<tenant> per transaction, not ~3.5 spread by request id
+    (librdkafka sends one partition per ProduceRequest; the broker marks each at commit):
+    every reader reads all of the topic's partitions, so nobody looks a result up by key."""
+    from scheduler.processor.outputs import CommandOutcome
+
+    producer = PartitionRecorder()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    owned = owned_shard(producer, schedules=0)
+    owned.partition = TopicPartition("ksched.shards", shard)
+    cp = cps.open(owned, [], float(T0 + 1), Points())
+    cp.begin()
+    for rid in ("r-1", "r-2", "r-3", "r-4", "r-5", "r-6"):
+        cp.result(CommandOutcome(request_id=rid, tenant="a", schedule_id="s", accepted=False,
+                                 reason="test"), T0 + 1, "a")
+    cp.undecodable(7, b"k", "not a command", T0 + 1, "a")
+    results = [(t, k, p) for t, k, p in producer.placed if t == "ksched.results.a"]
+    assert len(results) == 7 and {p for _, _, p in results} == {shard}
+    assert [k for _, k, _ in results][:2] == [b"r-1", b"r-2"]  # still keyed by request id
+    cps.shutdown()
