@@ -7,6 +7,7 @@ with the schedule's URL, never a 201 that may be false. Reads are the SDK's hist
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
@@ -16,6 +17,8 @@ from fastapi.responses import JSONResponse
 from scheduler.api import models as m
 from scheduler.api.deps import (
     Auth,
+    Caller,
+    Services,
     answering,
     etag,
     if_match,
@@ -25,11 +28,12 @@ from scheduler.api.deps import (
 )
 from scheduler.api.problems import ApiProblem
 from scheduler.cli import render
-from scheduler.client import Accepted, CommandRejected, RequestTimeout
+from scheduler.client import Accepted, CommandRejected, PendingRequest, RequestTimeout
 from scheduler.domain import SpecError
 from scheduler.domain.bounds import check_key, check_schedule_id
 from scheduler.history.views import ScheduleDescription
-from scheduler.vocabulary import OccurrenceState
+from scheduler.records import Schedule
+from scheduler.vocabulary import CommandKind, OccurrenceState
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 SID = Annotated[str, Path(description="the schedule's id", examples=["s-3f2a9c0d1e"])]
@@ -117,27 +121,19 @@ async def create(
     ] = None,
 ) -> Any:
     tenant, svc = caller
-    # On the event loop: the command's delivery and result are awaited, not waited for in a
-    # thread-pool thread (CommandRouter.send).
     spec = m.domain_spec(body)
     try:
         key = check_key(idempotency_key, "Idempotency-Key") if idempotency_key is not None else None
     except SpecError as exc:
         raise m.spec_problem(exc) from None
 
-    async def send() -> JSONResponse:
-        try:
-            with answering():
-                return _answer(await svc.router.send(svc.router.create_request(tenant, spec, key=key)), 201)
-        except RequestTimeout as t:
-            return _pending(t)
-        except CommandRejected as r:
-            raise rejected(r, create=True) from None
+    def build() -> PendingRequest:
+        return svc.router.create_request(tenant, spec, key=key)
 
     if key is None:
-        return await send()
+        return await _command(svc, "", build, 201)
     with svc.in_flight(tenant, key):
-        return await send()
+        return await _command(svc, "", build, 201)
 
 
 @router.get(
@@ -221,21 +217,34 @@ async def describe(
     return JSONResponse(render.description_json(d), headers={"ETag": etag(d.schedule.version)})
 
 
-def _send(ident: str, fn: Any, /, **kw: Any) -> Accepted | JSONResponse:
-    """The command's acceptance, or the 202 of a timeout; a rejection raises its problem."""
+async def _send(svc: Services, ident: str, build: Callable[[], PendingRequest]) -> Accepted | JSONResponse:
+    """Send the command ``build`` makes (its validation errors answered too) and await its result
+    on the event loop, not in a thread-pool thread (:meth:`CommandRouter.send`): the acceptance, or
+    the 202 of a timeout; a rejection raises its problem (``ident``: the schedule id, "" for a
+    create, whose id the command makes)."""
     try:
         with answering("schedule_id", ident):
-            accepted: Accepted = fn(**kw)
-            return accepted
+            pending = build()
+            return await svc.router.send(pending)
     except RequestTimeout as t:
         return _pending(t)
     except CommandRejected as r:
-        raise rejected(r) from None
+        raise rejected(r, create=pending.kind == CommandKind.CREATE) from None
 
 
-def _command(ident: str, fn: Any, /, **kw: Any) -> JSONResponse:
-    got = _send(ident, fn, **kw)
-    return got if isinstance(got, JSONResponse) else _answer(got)
+async def _command(
+    svc: Services, ident: str, build: Callable[[], PendingRequest], status: int = 200
+) -> JSONResponse:
+    got = await _send(svc, ident, build)
+    return got if isinstance(got, JSONResponse) else _answer(got, status)
+
+
+async def _change(caller: Caller, schedule_id: str, kind: CommandKind, match: str | None) -> JSONResponse:
+    """A pause or resume (a cancel answers more: :func:`cancel`)."""
+    tenant, svc = caller
+    sid = _sid(schedule_id)
+    version = if_match(match)
+    return await _command(svc, sid, lambda: svc.router.change_request(tenant, sid, kind, version))
 
 
 @router.patch(
@@ -244,7 +253,7 @@ def _command(ident: str, fn: Any, /, **kw: Any) -> JSONResponse:
     summary="Change some fields of a schedule",
     responses={200: {"content": {"application/json": {"example": _ACCEPTED_EX}}}, **_PENDING, **_WRITE},
 )
-def patch(
+async def patch(
     schedule_id: SID,
     body: m.SpecPatch,  # type: ignore[valid-type]
     caller: Auth,
@@ -253,8 +262,12 @@ def patch(
     tenant, svc = caller
     sid = _sid(schedule_id)
     want = if_match(match)
-    with answering("schedule_id", sid):
-        current = svc.router.history.schedule(tenant, sid)
+
+    def read() -> Schedule | None:  # may wait for this process's own writes: in a thread
+        with answering("schedule_id", sid):
+            return svc.router.history.schedule(tenant, sid)
+
+    current = await anyio.to_thread.run_sync(read)
     if current is None:
         raise not_found("schedule_id", sid)
     if want is not None and want != current.version:
@@ -266,8 +279,8 @@ def patch(
             field="If-Match",
         )
     spec = m.domain_spec(body, current.spec.to_domain())
-    return _command(
-        sid, svc.router.update, tenant=tenant, schedule_id=sid, spec=spec, expected_version=current.version
+    return await _command(
+        svc, sid, lambda: svc.router.update_request(tenant, sid, spec, expected_version=current.version)
     )
 
 
@@ -277,7 +290,7 @@ def patch(
     summary="Replace a schedule's spec",
     responses={200: _example(_ACCEPTED_EX), **_PENDING, **_WRITE},
 )
-def replace(
+async def replace(
     schedule_id: SID,
     body: m.SpecIn,  # type: ignore[valid-type]
     caller: Auth,
@@ -286,8 +299,9 @@ def replace(
     tenant, svc = caller
     sid = _sid(schedule_id)
     spec = m.domain_spec(body)
-    return _command(
-        sid, svc.router.update, tenant=tenant, schedule_id=sid, spec=spec, expected_version=if_match(match)
+    version = if_match(match)
+    return await _command(
+        svc, sid, lambda: svc.router.update_request(tenant, sid, spec, expected_version=version)
     )
 
 
@@ -297,10 +311,8 @@ def replace(
     summary="Pause a schedule",
     responses={200: _example(_ACCEPTED_EX), **_PENDING, **_WRITE},
 )
-def pause(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
-    tenant, svc = caller
-    sid = _sid(schedule_id)
-    return _command(sid, svc.router.pause, tenant=tenant, schedule_id=sid, expected_version=if_match(match))
+async def pause(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
+    return await _change(caller, schedule_id, CommandKind.PAUSE, match)
 
 
 @router.post(
@@ -309,10 +321,8 @@ def pause(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
     summary="Resume a paused schedule",
     responses={200: _example(_ACCEPTED_EX), **_PENDING, **_WRITE},
 )
-def resume(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
-    tenant, svc = caller
-    sid = _sid(schedule_id)
-    return _command(sid, svc.router.resume, tenant=tenant, schedule_id=sid, expected_version=if_match(match))
+async def resume(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
+    return await _change(caller, schedule_id, CommandKind.RESUME, match)
 
 
 @router.delete(
@@ -325,19 +335,25 @@ def resume(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
         **_WRITE,
     },
 )
-def cancel(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
+async def cancel(schedule_id: SID, caller: Auth, match: IF_MATCH = None) -> Any:
     tenant, svc = caller
     sid = _sid(schedule_id)
-    got = _send(sid, svc.router.cancel, tenant=tenant, schedule_id=sid, expected_version=if_match(match))
+    version = if_match(match)
+    got = await _send(svc, sid, lambda: svc.router.change_request(tenant, sid, CommandKind.CANCEL, version))
     if isinstance(got, JSONResponse):
         return got
-    running: list[dict[str, Any]] = []
-    with answering("schedule_id", sid):
-        for state in MAY_STILL_RUN:
-            page = svc.router.history.occurrences(
-                tenant, schedule_id=sid, state=state, from_ms=0, to_ms=2**62, limit=1000
-            )
-            running += [render.occurrence_json(o) for o in page.items]
+
+    def may_still_run() -> list[dict[str, Any]]:  # store reads: in a thread
+        running: list[dict[str, Any]] = []
+        with answering("schedule_id", sid):
+            for state in MAY_STILL_RUN:
+                page = svc.router.history.occurrences(
+                    tenant, schedule_id=sid, state=state, from_ms=0, to_ms=2**62, limit=1000
+                )
+                running += [render.occurrence_json(o) for o in page.items]
+        return running
+
+    running = await anyio.to_thread.run_sync(may_still_run)
     answer = _answer(got)
     body = m.Canceled(
         schedule_id=got.schedule_id,

@@ -5,7 +5,9 @@ In a fresh namespace: a processor, a history indexer and one ``ksched api`` proc
 is measured; the API's CPU is its processes' together). An asyncio client (one keep-alive
 connection per client) first sends ``--creates`` creates (``POST /v1/schedules``, each timed from
 the request to its 201: the processor's round trip included), then, once the history store has
-indexed them, ``--describes`` describes (``GET /v1/schedules/{id}``) of random created ones. The
+indexed them, ``--describes`` describes (``GET /v1/schedules/{id}``) of random created ones, then
+``--changes`` pauses (``POST /v1/schedules/{id}:pause``, each timed to its 200: the processor's round
+trip included) of the created ones in order, a second pass resuming them, and so on. The
 client (scheduler/bench/http_client.py: a small one, httpx cost more CPU than the server) runs on
 the same machine: its CPU is counted in the load average reported.
 """
@@ -37,6 +39,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--creates", type=int, default=5000)
     p.add_argument("--describes", type=int, default=2000)
+    p.add_argument("--changes", type=int, default=0,
+                   help="pauses, then resumes, of the created schedules (default 0: none)")
     p.add_argument("--clients", type=int, default=64, help="concurrent HTTP clients (default 64)")
     p.add_argument("--api-workers", type=int, default=1, metavar="N",
                    help="`ksched api --workers N` (default 1)")
@@ -223,6 +227,11 @@ async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter
     async def describe(c: Connection, i: int) -> int:
         return (await asyncio.wait_for(c.get(f"/v1/schedules/{random.choice(ids)}"), 30))[0]
 
+    async def change(c: Connection, i: int) -> int:  # never two clients on one schedule at once
+        round_, at = divmod(i, len(ids))
+        verb = "resume" if round_ % 2 else "pause"
+        return (await asyncio.wait_for(c.request("POST", f"/v1/schedules/{ids[at]}:{verb}", b""), 30))[0]
+
     await _drive(args.clients, args.clients, create, base, key)  # warm-up: connections, topics
     # What each process burns with nothing to do (polls, long fetches, ticks): part of every
     # per-create figure below, which is CPU over the creates' wall time divided by their count.
@@ -237,6 +246,9 @@ async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter
     cpu.mark()
     described, d_status, d_wall = await _drive(args.clients, args.describes, describe, base, key)
     cpu_describes = cpu.per(args.describes, "describe")
+    cpu.mark()
+    changed, ch_status, ch_wall = await _drive(args.clients, args.changes, change, base, key)
+    cpu_changes = cpu.per(args.changes, "change") if args.changes else {}
     return {
         "clients": args.clients,
         "creates": args.creates,
@@ -251,8 +263,14 @@ async def _measure(base: str, key: str, args: argparse.Namespace, cpu: _CpuMeter
         "describe_p50_s": _pct(described, 0.5),
         "describe_p99_s": _pct(described, 0.99),
         "describe_non_2xx": sum(n for s, n in d_status.items() if s >= 300),
+        "changes": args.changes,
+        "change_rate_per_s": round(len(changed) / ch_wall, 1) if args.changes else float("nan"),
+        "change_p50_s": _pct(changed, 0.5),
+        "change_p99_s": _pct(changed, 0.99),
+        "change_non_2xx": sum(n for s, n in ch_status.items() if s >= 300),
         **cpu_creates,
         **cpu_describes,
+        **cpu_changes,
         **cpu_idle,
         "load_average_1m_before": round(load_before, 2),
         "cpus": os.cpu_count() or 0,

@@ -63,6 +63,8 @@ from scheduler.topology import topic_name
 from scheduler.vocabulary import CommandKind, CommandStatus
 
 GENERATED_KEY_PREFIX = "sdk-"
+# The commands that change a schedule's state and carry no spec (change_request).
+STATE_CHANGES = (CommandKind.PAUSE, CommandKind.RESUME, CommandKind.CANCEL)
 __all__ = ["Accepted", "PendingRequest", "RequestTimeout", "SchedulerClient"]
 
 
@@ -201,11 +203,17 @@ class SchedulerClient(QueryCalls):
         Use :meth:`patch` to change some fields and keep the others. Pass
         ``expected_version`` to refuse (``STALE_VERSION``) if another update landed first.
         """
+        return self.retry(self.update_request(tenant, schedule_id, spec, expected_version=expected_version))
+
+    def update_request(
+        self, tenant: str, schedule_id: str, spec: ScheduleSpec, *, expected_version: int | None = None
+    ) -> PendingRequest:
+        """The update command :meth:`update` sends, not sent (validated: errors surface here)."""
         check_tenant(tenant)
-        compile_spec(spec)
-        return self.retry(self._request(
+        compile_spec(spec)  # validation errors surface before anything is published
+        return self._request(
             tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=expected_version
-        ))
+        )
 
     def patch(
         self, tenant: str, schedule_id: str, *, expected_version: int | None = None, **changes: Any
@@ -225,26 +233,28 @@ class SchedulerClient(QueryCalls):
             raise ScheduleNotFound(f"schedule_id {schedule_id!r} not found for tenant {tenant!r}: check "
                                    f"the id (`ksched schedule list --tenant {tenant}`)")
         spec = current.spec.to_domain().patched(**changes)
-        compile_spec(spec)
         version = current.version if expected_version is None else expected_version
-        return self.retry(
-            self._request(tenant, schedule_id, CommandKind.UPDATE, spec=spec, expected_version=version)
-        )
+        return self.retry(self.update_request(tenant, schedule_id, spec, expected_version=version))
 
     def pause(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self.retry(
-            self._request(tenant, schedule_id, CommandKind.PAUSE, expected_version=expected_version)
-        )
+        return self.retry(self.change_request(tenant, schedule_id, CommandKind.PAUSE, expected_version))
 
     def resume(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self.retry(
-            self._request(tenant, schedule_id, CommandKind.RESUME, expected_version=expected_version)
-        )
+        return self.retry(self.change_request(tenant, schedule_id, CommandKind.RESUME, expected_version))
 
     def cancel(self, tenant: str, schedule_id: str, *, expected_version: int | None = None) -> Accepted:
-        return self.retry(
-            self._request(tenant, schedule_id, CommandKind.CANCEL, expected_version=expected_version)
-        )
+        return self.retry(self.change_request(tenant, schedule_id, CommandKind.CANCEL, expected_version))
+
+    def change_request(
+        self, tenant: str, schedule_id: str, kind: CommandKind, expected_version: int | None = None
+    ) -> PendingRequest:
+        """The pause, resume or cancel command (``kind``) of a schedule, not sent: the command
+        :meth:`pause`, :meth:`resume` and :meth:`cancel` send (an update carries a spec:
+        :meth:`update_request`)."""
+        if kind not in STATE_CHANGES:
+            raise ValueError(f"kind: {kind} is not a state change; use one of "
+                             f"{', '.join(k.value for k in STATE_CHANGES)} (an update: update_request)")
+        return self._request(tenant, schedule_id, kind, expected_version=expected_version)
 
     def publish(self, command: ScheduleCommand, *, wait: bool = True) -> CommandResult | None:
         """Publish a raw command (keyed by schedule id); optionally await its result.
