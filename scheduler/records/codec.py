@@ -27,6 +27,7 @@ from fastavro.validation import ValidationError, validate
 
 from scheduler.records import schema_ids
 from scheduler.records.errors import RecordDecodeError, RecordEncodeError
+from scheduler.records.fast_write import writer_for
 from scheduler.records.framing import CONFLUENT_HEADER_LEN
 from scheduler.records.schemas import (
     MAGIC,
@@ -48,6 +49,7 @@ _CLASSES: dict[str, type] = {c.AVRO_NAME: c for c in (*TOP_LEVEL, *NESTED)}
 class _Writer:
     schema: LoadedSchema
     to_avro: Callable[[Any], dict[str, Any]]
+    fast: Callable[[Any], bytes] | None  # the generated writer (fast_write), None: fastavro's only
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ class Codecs:
                 raise RuntimeError(f"no schema for {cls.AVRO_NAME} in schemas/")
             current = load_expanded(expand(cls.AVRO_NAME, defs), None)
             to_avro, from_avro = _converters(cls.AVRO_NAME, current.expanded, built)
-            self._writers[cls] = _Writer(current, to_avro)
+            self._writers[cls] = _Writer(current, to_avro, writer_for(current.expanded))
             for old in [current, *load_history(cls.AVRO_NAME, folder)]:
                 if old.fingerprint in self._readers:
                     continue  # a released version identical to the working copy
@@ -178,6 +180,11 @@ class Codecs:
         w = self._writers.get(type(record))
         if w is None:
             raise RecordEncodeError(f"not a top-level ksched record: {type(record).__qualname__}")
+        if w.fast is not None:
+            try:
+                return (w.schema.header if header is None else header) + w.fast(record)
+            except Exception:  # fastavro below writes it as before, or names the problem
+                pass
         buf = io.BytesIO()
         buf.write(w.schema.header if header is None else header)
         try:

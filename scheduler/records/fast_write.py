@@ -1,0 +1,153 @@
+"""A generated Avro binary writer per record type: the body fastavro's ``schemaless_writer`` writes,
+straight from the dataclass (no dict per record, no walk of the parsed schema per field).
+
+Each writer is flat Python code generated once from the expanded schema (as the codec's
+``to_avro`` is), one statement per field. fastavro took 12.7 µs to write a ``Schedule`` (170 B,
+mostly optional fields), the processor writes three such records for every command and every
+completion, the API one command per request: docs/decisions.md, "A generated writer".
+
+Contract: ``write(record)`` returns exactly fastavro's bytes for every record it accepts
+(tests/test_records.py checks it against fastavro over generated records of every type), and
+raises for anything it does not write exactly so (a value of the wrong type, an int over 32 bits,
+an unknown enum symbol, a long over 64 bits): the codec then writes through fastavro, which
+names the problem or writes it as before. Schemas with a union other than ``["null", T]`` get
+no writer (:func:`writer_for` returns None): fastavro's union matching is not worth copying.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+_SMALL = [bytes([i]) for i in range(128)]
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_DOUBLE = struct.Struct("<d").pack
+
+
+def _long(n: int) -> bytes:
+    """Avro's zig-zag varint of a long (raises past 64 bits, or for a non-int)."""
+    if not _LONG_MIN <= n <= _LONG_MAX:
+        raise OverflowError(n)
+    u = (n << 1) ^ (n >> 63)
+    if u < 128:
+        return _SMALL[u]
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _int(n: int) -> bytes:
+    if not _INT_MIN <= n <= _INT_MAX:  # the codec's to_avro names the field and the limit
+        raise OverflowError(n)
+    return _long(n)
+
+
+class _Unsupported(Exception):
+    """A schema construct the generated writer leaves to fastavro."""
+
+
+class _Gen:
+    """Generates one function per record, ``_w_<Name>(r, out)``, appending r's body to ``out``."""
+
+    def __init__(self) -> None:
+        self.env: dict[str, Any] = {"_long": _long, "_int": _int, "_double": _DOUBLE}
+        self.named: dict[str, Any] = {}  # full and short names -> their definition
+        self.done: set[str] = set()
+        self._n = 0
+
+    def _var(self) -> str:
+        self._n += 1
+        return f"v{self._n}"
+
+    def _define(self, t: dict[str, Any]) -> None:
+        name = t["name"]
+        ns = t.get("namespace")
+        self.named[name] = t
+        if ns and "." not in name:
+            self.named[f"{ns}.{name}"] = t
+
+    def record(self, t: dict[str, Any]) -> str:
+        """The name of the function writing record ``t`` (generated on first use)."""
+        self._define(t)
+        fn = "_w_" + str(t["name"]).replace(".", "_")
+        if fn in self.done:
+            return fn
+        self.done.add(fn)
+        body: list[str] = []
+        for f in t["fields"]:
+            v = self._var()
+            body.append(f"{v} = r.{f['name']}")
+            body += self.value(f["type"], v)
+        src = f"def {fn}(r, out):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
+        exec(src, self.env)  # generated once per record type
+        return fn
+
+    def value(self, t: Any, v: str) -> list[str]:
+        """Statements appending the encoding of the value in variable ``v`` of type ``t``."""
+        if isinstance(t, list):
+            if len(t) != 2 or t[0] != "null" or isinstance(t[1], list):
+                raise _Unsupported(f"union {t}")
+            inner = self.value(t[1], v)
+            return [f"if {v} is None:", "    out += b'\\x00'", "else:", "    out += b'\\x02'",
+                    *(f"    {line}" for line in inner)]
+        if isinstance(t, str):
+            if t in self.named:
+                return self.value(self.named[t], v)
+            return self._primitive(t, v)
+        kind = t["type"]
+        if kind == "record":
+            return [f"{self.record(t)}({v}, out)"]
+        if kind == "enum":
+            self._define(t)
+            table = f"_e_{t['name'].replace('.', '_')}"
+            self.env[table] = {s: _long(i) for i, s in enumerate(t["symbols"])}
+            return [f"out += {table}[{v}]"]
+        if kind == "array":
+            item = self._var()
+            inner = self.value(t["items"], item)
+            return [f"if {v}:", f"    out += _long(len({v}))", f"    for {item} in {v}:",
+                    *(f"        {line}" for line in inner), "out += b'\\x00'"]
+        if isinstance(kind, str) and kind not in ("map", "fixed") and "logicalType" not in t:
+            return self._primitive(kind, v)
+        raise _Unsupported(f"type {kind}")
+
+    @staticmethod
+    def _primitive(t: str, v: str) -> list[str]:
+        if t == "string":
+            return [f"{v} = {v}.encode()", f"out += _long(len({v}))", f"out += {v}"]
+        if t == "bytes":
+            return [f"out += _long(len({v}))", f"out += {v}"]
+        if t == "long":
+            return [f"out += _long({v})"]
+        if t == "int":
+            return [f"out += _int({v})"]
+        if t == "boolean":
+            return [f"out += b'\\x01' if {v} else b'\\x00'"]
+        if t == "double":
+            return [f"out += _double({v})"]
+        if t == "null":
+            return [f"if {v} is not None:", "    raise TypeError('null')"]
+        raise _Unsupported(f"type {t}")
+
+
+def writer_for(expanded: dict[str, Any]) -> Callable[[Any], bytes] | None:
+    """The body writer of the top-level record schema ``expanded`` (named types inline at first
+    use), or None when it holds a construct left to fastavro."""
+    gen = _Gen()
+    try:
+        fn = gen.record(expanded)
+    except _Unsupported:
+        return None
+    write_body = gen.env[fn]
+
+    def write(record: Any) -> bytes:
+        out = bytearray()
+        write_body(record, out)
+        return bytes(out)
+
+    return write
