@@ -27,6 +27,7 @@ from fastavro.validation import ValidationError, validate
 
 from scheduler.records import schema_ids
 from scheduler.records.errors import RecordDecodeError, RecordEncodeError
+from scheduler.records.fast_read import reader_for
 from scheduler.records.fast_write import writer_for
 from scheduler.records.framing import CONFLUENT_HEADER_LEN
 from scheduler.records.schemas import (
@@ -60,6 +61,7 @@ class _Reader:
     writer: Any  # parsed writer schema
     reader: Any  # parsed reader schema, None when it is the writer schema
     from_avro: Callable[[dict[str, Any]], Any]
+    fast: Callable[[Any, int], tuple[Any, int]] | None  # the generated reader (fast_read), current only
 
 
 def _record_name(t: Any) -> str | None:
@@ -168,6 +170,7 @@ class Codecs:
                 self._readers[old.fingerprint] = _Reader(
                     cls, cls.__name__, "current" if same else f"v{old.version}",
                     old.parsed, None if same else current.parsed, from_avro,
+                    reader_for(current.expanded, _CLASSES) if same else None,
                 )
 
     def encode(self, record: Record, header: bytes | None = None) -> bytes:
@@ -303,6 +306,13 @@ def _encode_problem(record: Record, w: _Writer, exc: Exception) -> str:
 
 
 def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
+    if r.fast is not None:
+        try:
+            rec, end = r.fast(data, CONFLUENT_HEADER_LEN if data[0] == 0 else _HEADER_LEN)
+            if end == len(data):
+                return rec  # type: ignore[no-any-return]
+        except Exception:  # fastavro below reads it as before, or names the problem
+            pass
     datum = _datum(data, r)
     try:
         out: Record = r.from_avro(datum)
