@@ -8,9 +8,12 @@ completion, the API one command per request: docs/decisions.md, "A generated wri
 
 Contract: ``write(record)`` returns exactly fastavro's bytes for every record it accepts
 (tests/test_records.py checks it against fastavro over generated records of every type), and
-raises for anything it does not write exactly so (a value of the wrong type, an int over 32 bits,
-an unknown enum symbol, a long over 64 bits): the codec then writes through fastavro, which
-names the problem or writes it as before. Schemas with a union other than ``["null", T]`` get
+raises for anything it does not write exactly so: a value not of the field's exact type (a
+``str`` or a ``StrEnum`` member for a string, ``bytes`` or ``bytearray`` for bytes, an ``int``
+but no ``bool`` for an int or a long, ``True``/``False`` for a boolean, a ``float`` or an
+``int`` for a double, a ``tuple`` or ``list`` for an array), an int over 32 bits, a long over 64,
+an unknown enum symbol: the codec then writes through fastavro, which names the problem or writes
+it as before. Schemas with a union other than ``["null", T]`` get
 no writer (:func:`writer_for` returns None): fastavro's union matching is not worth copying.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 _SMALL = [bytes([i]) for i in range(128)]
@@ -47,6 +51,10 @@ def _int(n: int) -> bytes:
     return _long(n)
 
 
+def _refuse() -> None:
+    raise TypeError("not a value the generated writer writes as fastavro does")
+
+
 class _Unsupported(Exception):
     """A schema construct the generated writer leaves to fastavro."""
 
@@ -55,7 +63,9 @@ class _Gen:
     """Generates one function per record, ``_w_<Name>(r, out)``, appending r's body to ``out``."""
 
     def __init__(self) -> None:
-        self.env: dict[str, Any] = {"_long": _long, "_int": _int, "_double": _DOUBLE}
+        self.env: dict[str, Any] = {
+            "_long": _long, "_int": _int, "_double": _DOUBLE, "_refuse": _refuse, "_StrEnum": StrEnum,
+        }
         self.named: dict[str, Any] = {}  # full and short names -> their definition
         self.done: set[str] = set()
         self._n = 0
@@ -110,7 +120,8 @@ class _Gen:
         if kind == "array":
             item = self._var()
             inner = self.value(t["items"], item)
-            return [f"if {v}:", f"    out += _long(len({v}))", f"    for {item} in {v}:",
+            return [f"if {v}.__class__ is not tuple and {v}.__class__ is not list:", "    _refuse()",
+                    f"if {v}:", f"    out += _long(len({v}))", f"    for {item} in {v}:",
                     *(f"        {line}" for line in inner), "out += b'\\x00'"]
         if isinstance(kind, str) and kind not in ("map", "fixed") and "logicalType" not in t:
             return self._primitive(kind, v)
@@ -118,20 +129,25 @@ class _Gen:
 
     @staticmethod
     def _primitive(t: str, v: str) -> list[str]:
+        # Each value is checked for its exact type, stricter than fastavro: what passes, fastavro
+        # would accept, in a union too, and write the same; the rest raises and goes to fastavro.
+        # (A value with __radd__ or a length in elements, not bytes, would corrupt the body.)
         if t == "string":
-            return [f"{v} = {v}.encode()", f"out += _long(len({v}))", f"out += {v}"]
+            return [f"if {v}.__class__ is not str and not isinstance({v}, _StrEnum):", "    _refuse()",
+                    f"{v} = str.encode({v})", f"out += _long(len({v}))", f"out += {v}"]
         if t == "bytes":
-            return [f"out += _long(len({v}))", f"out += {v}"]
-        if t == "long":
-            return [f"out += _long({v})"]
-        if t == "int":
-            return [f"out += _int({v})"]
+            return [f"if {v}.__class__ is not bytes and {v}.__class__ is not bytearray:", "    _refuse()",
+                    f"out += _long(len({v}))", f"out += {v}"]
+        if t in ("long", "int"):
+            return [f"if {v}.__class__ is not int:", "    _refuse()", f"out += _{t}({v})"]
         if t == "boolean":
-            return [f"out += b'\\x01' if {v} else b'\\x00'"]
+            return [f"if {v} is True:", "    out += b'\\x01'", f"elif {v} is False:", "    out += b'\\x00'",
+                    "else:", "    _refuse()"]
         if t == "double":
-            return [f"out += _double({v})"]
+            return [f"if {v}.__class__ is not float and {v}.__class__ is not int:", "    _refuse()",
+                    f"out += _double({v})"]
         if t == "null":
-            return [f"if {v} is not None:", "    raise TypeError('null')"]
+            return [f"if {v} is not None:", "    _refuse()"]
         raise _Unsupported(f"type {t}")
 
 
