@@ -22,15 +22,13 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from scheduler.records.fast_gen import SchemaCode, Unsupported
+
 _DOUBLE = struct.Struct("<d").unpack_from
 
 
 class _Corrupt(Exception):
     """The body is not what the generated reader reads exactly as fastavro does."""
-
-
-class _Unsupported(Exception):
-    """A schema construct the generated reader leaves to fastavro."""
 
 
 def _long_rest(b: Any, i: int, x: int) -> tuple[int, int]:
@@ -53,45 +51,30 @@ def _corrupt(what: str) -> None:
     raise _Corrupt(what)
 
 
-class _Gen:
+class _Gen(SchemaCode):
     """Generates one function per record, ``_r_<Name>(b, i) -> (record, i)``."""
 
     def __init__(self, classes: dict[str, type]) -> None:
+        super().__init__({"_long_rest": _long_rest, "_double": _DOUBLE, "_corrupt": _corrupt})
         self.classes = classes
-        self.env: dict[str, Any] = {"_long_rest": _long_rest, "_double": _DOUBLE, "_corrupt": _corrupt}
-        self.named: dict[str, Any] = {}
-        self.done: set[str] = set()
-        self._n = 0
-
-    def _var(self) -> str:
-        self._n += 1
-        return f"v{self._n}"
-
-    def _define(self, t: dict[str, Any]) -> None:
-        name, ns = str(t["name"]), t.get("namespace")
-        self.named[name] = t
-        if ns and "." not in name:
-            self.named[f"{ns}.{name}"] = t
 
     def record(self, t: dict[str, Any]) -> str:
-        self._define(t)
         name = str(t["name"])
-        fn = "_r_" + name.replace(".", "_")
+        fn = "_r_" + self.define(t)
         if fn in self.done:
             return fn
         self.done.add(fn)
         cls = self.classes.get(name) or self.classes.get(name.rsplit(".", 1)[-1])
         if cls is None:
-            raise _Unsupported(f"no dataclass for record {name}")
+            raise Unsupported(f"no dataclass for record {name}")
         self.env[f"_c_{fn}"] = cls
         body, names = ["n = len(b)"], []
         for f in t["fields"]:
-            v = self._var()
+            v = self.var()
             names.append(f"{f['name']}={v}")  # the records are keyword-only dataclasses
             body += self.value(f["type"], v)
         body.append(f"return _c_{fn}({', '.join(names)}), i")
-        src = f"def {fn}(b, i):\n" + "".join(f"    {line}\n" for line in body)
-        exec(src, self.env)  # generated once per record type
+        self.compile(fn, "b, i", body)
         return fn
 
     def _long(self, v: str) -> list[str]:
@@ -100,26 +83,22 @@ class _Gen:
 
     def value(self, t: Any, v: str) -> list[str]:
         """Statements reading a value of type ``t`` at ``i`` into variable ``v`` (``i`` advanced)."""
+        t = self.resolve(t)
         if isinstance(t, list):
-            if len(t) != 2 or t[0] != "null" or isinstance(t[1], list):
-                raise _Unsupported(f"union {t}")
-            inner = self.value(t[1], v)
+            inner = self.value(self.optional(t), v)
             return ["x = b[i]", "i += 1", "if x == 0:", f"    {v} = None", "elif x == 2:",
                     *(f"    {line}" for line in inner), "else:", "    _corrupt('union index')"]
         if isinstance(t, str):
-            if t in self.named:
-                return self.value(self.named[t], v)
             return self._primitive(t, v)
         kind = t["type"]
         if kind == "record":
             return [f"{v}, i = {self.record(t)}(b, i)"]
         if kind == "enum":
-            self._define(t)
-            table = "_s_" + str(t["name"]).replace(".", "_")
+            table = "_s_" + self.define(t)
             self.env[table] = tuple(t["symbols"])
             return [*self._long("k"), "if k < 0:", "    _corrupt('enum index')", f"{v} = {table}[k]"]
         if kind == "array":
-            item, items, c = self._var(), self._var(), self._var()
+            item, items, c = self.var(), self.var(), self.var()
             inner = self.value(t["items"], item)
             return [f"{items} = []", "while True:", *(f"    {s}" for s in self._long(c)),
                     f"    if {c} == 0:", "        break",
@@ -129,7 +108,7 @@ class _Gen:
                     f"        {items}.append({item})", f"{v} = tuple({items})"]
         if isinstance(kind, str) and kind not in ("map", "fixed") and "logicalType" not in t:
             return self._primitive(kind, v)
-        raise _Unsupported(f"type {kind}")
+        raise Unsupported(f"type {kind}")
 
     def _primitive(self, t: str, v: str) -> list[str]:
         if t in ("long", "int"):
@@ -144,7 +123,7 @@ class _Gen:
             return [f"{v} = _double(b, i)[0]", "i += 8"]
         if t == "null":
             return [f"{v} = None"]
-        raise _Unsupported(f"type {t}")
+        raise Unsupported(f"type {t}")
 
 
 def reader_for(
@@ -156,7 +135,7 @@ def reader_for(
     gen = _Gen(classes)
     try:
         fn = gen.record(expanded)
-    except _Unsupported:
+    except Unsupported:
         return None
     read: Callable[[Any, int], tuple[Any, int]] = gen.env[fn]
     return read

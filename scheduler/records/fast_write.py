@@ -24,6 +24,8 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from scheduler.records.fast_gen import SchemaCode, Unsupported
+
 _SMALL = [bytes([i]) for i in range(128)]
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
@@ -55,77 +57,53 @@ def _refuse() -> None:
     raise TypeError("not a value the generated writer writes as fastavro does")
 
 
-class _Unsupported(Exception):
-    """A schema construct the generated writer leaves to fastavro."""
-
-
-class _Gen:
+class _Gen(SchemaCode):
     """Generates one function per record, ``_w_<Name>(r, out)``, appending r's body to ``out``."""
 
     def __init__(self) -> None:
-        self.env: dict[str, Any] = {
+        super().__init__({
             "_long": _long, "_int": _int, "_double": _DOUBLE, "_refuse": _refuse, "_StrEnum": StrEnum,
-        }
-        self.named: dict[str, Any] = {}  # full and short names -> their definition
-        self.done: set[str] = set()
-        self._n = 0
-
-    def _var(self) -> str:
-        self._n += 1
-        return f"v{self._n}"
-
-    def _define(self, t: dict[str, Any]) -> None:
-        name = t["name"]
-        ns = t.get("namespace")
-        self.named[name] = t
-        if ns and "." not in name:
-            self.named[f"{ns}.{name}"] = t
+        })
 
     def record(self, t: dict[str, Any]) -> str:
         """The name of the function writing record ``t`` (generated on first use)."""
-        self._define(t)
-        fn = "_w_" + str(t["name"]).replace(".", "_")
+        fn = "_w_" + self.define(t)
         if fn in self.done:
             return fn
         self.done.add(fn)
         body: list[str] = []
         for f in t["fields"]:
-            v = self._var()
+            v = self.var()
             body.append(f"{v} = r.{f['name']}")
             body += self.value(f["type"], v)
-        src = f"def {fn}(r, out):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
-        exec(src, self.env)  # generated once per record type
+        self.compile(fn, "r, out", body)
         return fn
 
     def value(self, t: Any, v: str) -> list[str]:
         """Statements appending the encoding of the value in variable ``v`` of type ``t``."""
+        t = self.resolve(t)
         if isinstance(t, list):
-            if len(t) != 2 or t[0] != "null" or isinstance(t[1], list):
-                raise _Unsupported(f"union {t}")
-            inner = self.value(t[1], v)
+            inner = self.value(self.optional(t), v)
             return [f"if {v} is None:", "    out += b'\\x00'", "else:", "    out += b'\\x02'",
                     *(f"    {line}" for line in inner)]
         if isinstance(t, str):
-            if t in self.named:
-                return self.value(self.named[t], v)
             return self._primitive(t, v)
         kind = t["type"]
         if kind == "record":
             return [f"{self.record(t)}({v}, out)"]
         if kind == "enum":
-            self._define(t)
-            table = f"_e_{t['name'].replace('.', '_')}"
+            table = "_e_" + self.define(t)
             self.env[table] = {s: _long(i) for i, s in enumerate(t["symbols"])}
             return [f"out += {table}[{v}]"]
         if kind == "array":
-            item = self._var()
+            item = self.var()
             inner = self.value(t["items"], item)
             return [f"if {v}.__class__ is not tuple and {v}.__class__ is not list:", "    _refuse()",
                     f"if {v}:", f"    out += _long(len({v}))", f"    for {item} in {v}:",
                     *(f"        {line}" for line in inner), "out += b'\\x00'"]
         if isinstance(kind, str) and kind not in ("map", "fixed") and "logicalType" not in t:
             return self._primitive(kind, v)
-        raise _Unsupported(f"type {kind}")
+        raise Unsupported(f"type {kind}")
 
     @staticmethod
     def _primitive(t: str, v: str) -> list[str]:
@@ -148,7 +126,7 @@ class _Gen:
                     f"out += _double({v})"]
         if t == "null":
             return [f"if {v} is not None:", "    _refuse()"]
-        raise _Unsupported(f"type {t}")
+        raise Unsupported(f"type {t}")
 
 
 def writer_for(expanded: dict[str, Any]) -> Callable[[Any], bytes] | None:
@@ -157,7 +135,7 @@ def writer_for(expanded: dict[str, Any]) -> Callable[[Any], bytes] | None:
     gen = _Gen()
     try:
         fn = gen.record(expanded)
-    except _Unsupported:
+    except Unsupported:
         return None
     write_body = gen.env[fn]
 
