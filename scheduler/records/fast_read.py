@@ -32,7 +32,8 @@ class _Corrupt(Exception):
 
 
 def _long_rest(b: Any, i: int, x: int) -> tuple[int, int]:
-    """The rest of a varint whose first byte ``x`` (>= 0x80) was read; ``i`` is past it."""
+    """The rest of a varint whose first byte ``x`` (>= 0x80) was read; ``i`` is past it. (Not
+    avro_fast.read_long: that one takes ``bytes`` only, compiled, and keeps varints over 64 bits.)"""
     u, shift = x & 0x7F, 7
     while True:
         x = b[i]
@@ -64,7 +65,7 @@ class _Gen(SchemaCode):
         if fn in self.done:
             return fn
         self.done.add(fn)
-        cls = self.classes.get(name) or self.classes.get(name.rsplit(".", 1)[-1])
+        cls = self.classes.get(name)
         if cls is None:
             raise Unsupported(f"no dataclass for record {name}")
         self.env[f"_c_{fn}"] = cls

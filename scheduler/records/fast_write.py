@@ -24,27 +24,21 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from scheduler.native import load
 from scheduler.records.fast_gen import SchemaCode, Unsupported
 
-_SMALL = [bytes([i]) for i in range(128)]
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _DOUBLE = struct.Struct("<d").pack
+# The project's varint writer (as scheduler.records.dispatch takes it; compiled when built).
+_avro_long: Callable[[int], bytes] = load("scheduler.records.avro_fast").avro_long
 
 
 def _long(n: int) -> bytes:
-    """Avro's zig-zag varint of a long (raises past 64 bits, or for a non-int)."""
+    """Avro's zig-zag varint of a long; raises past 64 bits, where fastavro would not write it so."""
     if not _LONG_MIN <= n <= _LONG_MAX:
         raise OverflowError(n)
-    u = (n << 1) ^ (n >> 63)
-    if u < 128:
-        return _SMALL[u]
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
+    return _avro_long(n)
 
 
 def _int(n: int) -> bytes:
