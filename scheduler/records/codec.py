@@ -305,10 +305,15 @@ def _encode_problem(record: Record, w: _Writer, exc: Exception) -> str:
     return f"{where}: {type(exc).__name__}: {exc}"
 
 
+def _body_start(data: bytes | bytearray | memoryview) -> int:
+    """Where the Avro body starts: after the Confluent header (first byte 00) or the single-object one."""
+    return CONFLUENT_HEADER_LEN if data[0] == 0 else _HEADER_LEN
+
+
 def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
     if r.fast is not None:
         try:
-            rec, end = r.fast(data, CONFLUENT_HEADER_LEN if data[0] == 0 else _HEADER_LEN)
+            rec, end = r.fast(data, _body_start(data))
             if end == len(data):
                 return rec  # type: ignore[no-any-return]
         except Exception:  # fastavro below reads it as before, or names the problem
@@ -323,7 +328,7 @@ def _body(data: bytes | bytearray | memoryview, r: _Reader) -> Record:
 
 def _datum(data: bytes | bytearray | memoryview, r: _Reader) -> Any:
     buf = io.BytesIO(data)
-    buf.seek(CONFLUENT_HEADER_LEN if data[0] == 0 else _HEADER_LEN)
+    buf.seek(_body_start(data))
     try:
         datum: Any = schemaless_reader(buf, r.writer, r.reader)
     except Exception as exc:
