@@ -63,7 +63,7 @@ class Settings:
     tick_budget: int = 20_000  # max dispatches per shard per transaction
     # Under a stream of commands and reports, a shard's transactions start at least this far apart
     # (scheduler/processor/runtime.py, linger_until; docs/api.md): 0 turns it off.
-    command_linger_ms: int = 40
+    command_linger_ms: int = 30
     lease_s: int = 30  # a started attempt without a heartbeat for this long is retried
     finished_retention_s: int = 7 * 86_400  # COMPLETED / CANCELED schedules kept this long, then purged
     # Blue/green repartition (docs/operations.md): emit nothing whose time is at or after this
@@ -240,7 +240,7 @@ def _validate_processor(s: Settings) -> None:
     if s.command_linger_ms < 0:
         raise SettingsError(
             f"setting command_linger_ms: {s.command_linger_ms} must be 0 (off) or more; "
-            "set KSCHED_COMMAND_LINGER_MS to e.g. 40"
+            "set KSCHED_COMMAND_LINGER_MS to e.g. 30"
         )
 
 
