@@ -361,6 +361,12 @@ def test_spec_record_mirrors_the_domain_spec() -> None:
         ).spec.to_domain()
         == d
     )
+    # with a payload of its own: the record of the spec with that payload, built without the spec
+    for payload in (b"", b"other", b"\x00" * 300):
+        assert ScheduleSpecRecord.from_domain(d, payload) == ScheduleSpecRecord.from_domain(
+            d.with_payload(payload)
+        )
+    assert ScheduleSpecRecord.from_domain(d, None) == r
 
 
 def test_public_api_is_pinned() -> None:

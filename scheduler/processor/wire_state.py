@@ -221,7 +221,7 @@ def encode_schedule_change(
     bound of which occurrences a change cut off or let in.
     """
     now_ms = now * 1000
-    spec_rec = ScheduleSpecRecord.from_domain(entry.spec())
+    spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, entry.payload)  # entry.spec(), unbuilt
     sched = encode(
         Schedule(
             tenant=entry.tenant,

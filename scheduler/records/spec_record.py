@@ -28,14 +28,21 @@ def _to_ms(t: _dt.datetime | None) -> int | None:
     return None if t is None else (t - _EPOCH) // _ONE_MS
 
 
+def _source(name: str) -> str:
+    return "payload" if name == "payload" else f"s.{name}"
+
+
 def _flat(params: str, call: str, args: list[str], env: dict[str, Any]) -> Callable[..., Any]:
     # Both directions run per schedule (a processor's restore converts every stored spec): one
     # keyword call compiled from the table is as fast as the hand-written one it replaces.
     return eval(f"lambda {params}: {call}({', '.join(args)})", env)  # type: ignore[no-any-return]
 
 
-_from_domain = _flat("cls, s", "cls", [
-    f"{f.record}=_ms(s.{f.name})" if f.value == "instant" else f"{f.name}=s.{f.name}" for f in SPEC_FIELDS
+# The payload is its own argument: a processor keeps one spec for every schedule that differs only
+# in its payload, and writes each one's record from that spec and the schedule's own payload.
+_from_domain = _flat("cls, s, payload", "cls", [
+    f"{f.record}=_ms(s.{f.name})" if f.value == "instant" else f"{f.name}={_source(f.name)}"
+    for f in SPEC_FIELDS
 ], {"_ms": _to_ms})
 _to_domain: Callable[[Any], ScheduleSpec] | None = None  # built on first use: the domain loads late
 
@@ -56,9 +63,11 @@ class SpecConversion:
     __slots__ = ()
 
     @classmethod
-    def from_domain(cls, spec: ScheduleSpec) -> Self:
-        """The record of a domain spec (``start``/``end`` become ``start_ms``/``end_ms``)."""
-        out: Self = _from_domain(cls, spec)
+    def from_domain(cls, spec: ScheduleSpec, payload: bytes | None = None) -> Self:
+        """The record of a domain spec (``start``/``end`` become ``start_ms``/``end_ms``); with
+        ``payload``, the record of ``spec`` with that payload instead of its own (the writer checks
+        its type), without building that spec first."""
+        out: Self = _from_domain(cls, spec, spec.payload if payload is None else payload)
         return out
 
     def to_domain(self) -> ScheduleSpec:
