@@ -452,6 +452,7 @@ class _Small(enum.IntEnum):
 # Values of the wrong type, or at a type's edge, put in every field of a record (a review found a
 # bytes-like value with __radd__ that cut a record short, and bools and strings accepted in unions).
 _ODD = [None, True, False, 0, 1, -1, 2**31, 2**63, -(2**63) - 1, 1.0, -0.0, float("inf"),
+        2**31 - 1, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63),  # each bound of an int and a long
         decimal.Decimal("1"), fractions.Fraction(1, 2), "", "x", "STRICT", "cron", b"", b"x",
         bytearray(b"x"), memoryview(b"x"), (), [], (1,), ("x",), _Small.ONE, collections.UserString("x"),
         array.array("B", b"xy"), {}, {"a": 1}]
