@@ -75,3 +75,31 @@ def test_schedule_record_round_trip_rebuilds_the_spec() -> None:
     assert (back.state, back.version, back.created_at_ms, back.paused_at_ms) == (
         "PAUSED", 1, (T0 - 30) * 1000, (T0 - 10) * 1000)
     assert hist is not None and version
+
+
+def test_a_change_record_is_the_record_of_the_entry_spec() -> None:
+    """encode_schedule_change writes the record of ``entry.spec()`` without building that spec:
+    the same bytes for entries with and without a payload, and a stored payload over the limit
+    is refused as ``entry.spec()`` refuses it."""
+    import pytest
+
+    from scheduler.domain import SpecError
+    from scheduler.domain.bounds import MAX_PAYLOAD_BYTES
+    from scheduler.processor.model import Entry
+    from scheduler.records import Schedule, ScheduleSpecRecord
+
+    s = _loaded()
+    s.apply(kind="CREATE", request_id="bare", tenant="a", schedule_id="bare", idempotency_key=None,
+            expected_version=None, spec=ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC",
+                                                     handler="h"), issued_at=T0 - 30, now=T0 - 30)
+    for sid in ("s00", "s07", "bare"):
+        e = s.entries[sid]
+        sched, _, _ = wire_state.encode_schedule_change(e, "PAUSE", "p", T0 - 10)
+        assert decode(sched, Schedule).spec == ScheduleSpecRecord.from_domain(e.spec())
+    e = s.entries["s00"]
+    big = Entry(e.schedule_id, e.tenant, e.version, e.state, e.parts, b"x" * (MAX_PAYLOAD_BYTES + 1),
+                e.effective_from, e.idempotency_key, e.created_at_ms)
+    with pytest.raises(SpecError, match="payload"):
+        big.spec()
+    with pytest.raises(SpecError, match="payload"):
+        wire_state.encode_schedule_change(big, "PAUSE", "p", T0 - 10)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from scheduler.domain import ScheduleSpec
+from scheduler.domain.bounds import check_payload
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.model import TERMINAL, Entry, SpecParts, known_spec_parts, spec_parts_by
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
@@ -221,7 +222,9 @@ def encode_schedule_change(
     bound of which occurrences a change cut off or let in.
     """
     now_ms = now * 1000
-    spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, entry.payload)  # entry.spec(), unbuilt
+    # entry.spec()'s record without building that spec; its payload check kept (a stored payload
+    # over the limit raises here as it did there)
+    spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, check_payload(entry.payload))
     sched = encode(
         Schedule(
             tenant=entry.tenant,

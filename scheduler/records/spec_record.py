@@ -65,8 +65,8 @@ class SpecConversion:
     @classmethod
     def from_domain(cls, spec: ScheduleSpec, payload: bytes | None = None) -> Self:
         """The record of a domain spec (``start``/``end`` become ``start_ms``/``end_ms``); with
-        ``payload``, the record of ``spec`` with that payload instead of its own (the writer checks
-        its type), without building that spec first."""
+        ``payload``, the record of ``spec`` with that payload instead of its own, without building
+        that spec first: the payload is not checked here (``ScheduleSpec.with_payload`` would)."""
         out: Self = _from_domain(cls, spec, spec.payload if payload is None else payload)
         return out
 
