@@ -28,7 +28,7 @@ from fastavro.validation import ValidationError, validate
 from scheduler.records import schema_ids
 from scheduler.records.errors import RecordDecodeError, RecordEncodeError
 from scheduler.records.fast_read import reader_for
-from scheduler.records.fast_write import writer_for
+from scheduler.records.fast_write import INT_MAX, INT_MIN, writer_for
 from scheduler.records.framing import CONFLUENT_HEADER_LEN
 from scheduler.records.schemas import (
     MAGIC,
@@ -123,12 +123,12 @@ def _converters(
             from_parts.append(f"{n}=tuple(d[{n!r}])")
         elif t == "int":  # fastavro writes any Python int as a varint; other readers reject > 32 bits
             env["_int"] = _check_int
-            to_parts.append(f"{n!r}: r.{n} if -2147483648 <= r.{n} <= 2147483647 else _int({n!r}, r.{n})")
+            to_parts.append(f"{n!r}: r.{n} if {INT_MIN} <= r.{n} <= {INT_MAX} else _int({n!r}, r.{n})")
             from_parts.append(f"{n}=d[{n!r}]")
         elif t == ["null", "int"]:
             env["_int"] = _check_int
             to_parts.append(
-                f"{n!r}: r.{n} if r.{n} is None or -2147483648 <= r.{n} <= 2147483647 else _int({n!r}, r.{n})"
+                f"{n!r}: r.{n} if r.{n} is None or {INT_MIN} <= r.{n} <= {INT_MAX} else _int({n!r}, r.{n})"
             )
             from_parts.append(f"{n}=d[{n!r}]")
         else:

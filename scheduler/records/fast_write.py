@@ -27,8 +27,10 @@ from typing import Any
 from scheduler.native import load
 from scheduler.records.fast_gen import SchemaCode, Unsupported
 
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+# Avro's int and long bounds (fastavro writes any Python int; other readers reject one past them).
+# scheduler.records.avro_fast keeps its own copy: a compiled module imports nothing of ours.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 _DOUBLE = struct.Struct("<d").pack
 # The project's varint writer (as scheduler.records.dispatch takes it; compiled when built). It
 # writes any int: the generated code refuses one past the field's bounds before calling it (an int
@@ -100,7 +102,7 @@ class _Gen(SchemaCode):
             return [f"if {v}.__class__ is not bytes and {v}.__class__ is not bytearray:", "    _refuse()",
                     f"out += _long(len({v}))", f"out += {v}"]
         if t in ("long", "int"):  # the bounds inline: a call less per number, ~20 in a Schedule
-            low, high = (_LONG_MIN, _LONG_MAX) if t == "long" else (_INT_MIN, _INT_MAX)
+            low, high = (LONG_MIN, LONG_MAX) if t == "long" else (INT_MIN, INT_MAX)
             return [f"if {v}.__class__ is not int or not {low} <= {v} <= {high}:", "    _refuse()",
                     f"out += _long({v})"]
         if t == "boolean":
