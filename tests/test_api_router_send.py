@@ -98,6 +98,16 @@ def test_no_answer_is_a_request_timeout_after_the_result_deadline() -> None:
     assert time.monotonic() - t >= 2 * TIMEOUT_S * 0.9
 
 
+def test_the_result_deadline_runs_from_the_delivery_report() -> None:
+    # A good report does not wake the request; the result may still come until timeout_s after it.
+    t = time.monotonic()
+    with pytest.raises(RequestTimeout):
+        _send(_Router(deliver_s=0.15, answer_s=None))
+    assert 0.35 * 0.95 <= time.monotonic() - t < 0.35 + 0.15
+    acc, took = _send(_Router(deliver_s=0.15, answer_s=0.3))  # after timeout_s, within its deadline
+    assert acc.version == 1 and took >= 0.3
+
+
 def test_a_rejection_is_raised() -> None:
     with pytest.raises(CommandRejected):
         _send(_Router(status="REJECTED"))

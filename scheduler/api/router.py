@@ -163,39 +163,48 @@ class CommandRouter(SchedulerClient):
             _settle_from_thread(loop, fut)
 
     async def send(self, pending: PendingRequest) -> Accepted:
-        """:meth:`retry` on the event loop: the request waits for its delivery report and its
-        result as futures the router's threads settle, not in a thread-pool thread blocked on an
-        event (the pool's hand-off was 13 % of an API worker's CPU under ``ksched bench api``).
-        The same answers and errors as :meth:`retry`, the same deadlines (``timeout_s`` for the
-        delivery, then ``timeout_s`` for the result: :class:`RequestTimeout`)."""
+        """:meth:`retry` on the event loop: the request waits for its result as a future the
+        router's threads settle, not in a thread-pool thread blocked on an event (the pool's
+        hand-off was 13 % of an API worker's CPU under ``ksched bench api``). The same answers and
+        errors as :meth:`retry`, the same deadlines (``timeout_s`` for the delivery report, then
+        ``timeout_s`` from it for the result: :class:`RequestTimeout`).
+
+        A good delivery report does not wake the request: its result follows it (the processor
+        reads only delivered commands) and is what the request waits for. Only a failed delivery
+        settles the wait early (an error, not a pending 202); a result read before the report is
+        kept as before."""
         cmd = pending.command
         if cmd.tenant not in self._reading:  # its first command here: the reader thread assigns
             await anyio.to_thread.run_sync(self._read_results_of, cmd.tenant)
         loop = asyncio.get_running_loop()
-        delivered: asyncio.Future[None] = loop.create_future()
         answered: asyncio.Future[None] = loop.create_future()
         failed: list[KafkaError] = []
+        acked: list[float] = []  # the delivery report's wall time, once it came
+        started = time.time()
 
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:  # the delivery thread
             if err is not None:
                 failed.append(err)
-            _settle_from_thread(loop, delivered)
+                _settle_from_thread(loop, answered)
+                return
+            now = time.time()
+            acked.append(now)
+            _PUBLISH.observe(now - started)
 
         rid = cmd.request_id
         with self._arrived:
             self._awaiting[rid] = (loop, answered)
         try:
-            started = time.time()
             self._produce(cmd, on_delivery)
-            await asyncio.wait([delivered], timeout=self.timeout_s)
-            acked = time.time()
-            _PUBLISH.observe(acked - started)
+            if self._error is None:
+                await asyncio.wait([answered], timeout=self.timeout_s)
+            if not answered.done() and self._error is None and not failed:
+                # No result within the delivery's deadline: the result's deadline runs from the
+                # delivery report, or from the delivery's deadline when none came.
+                left = (acked[0] if acked else started + self.timeout_s) + self.timeout_s - time.time()
+                if left > 0:
+                    await asyncio.wait([answered], timeout=left)
             self._check_delivered(cmd, failed)
-            with self._arrived:
-                ready = rid in self._pending
-            if not ready and self._error is not None:  # set before this request registered
-                raise self._error
-            await asyncio.wait([answered], timeout=self.timeout_s)
             with self._arrived:
                 res = self._pending.pop(rid, None)
                 times = self._times.pop(rid, None)
@@ -206,7 +215,7 @@ class CommandRouter(SchedulerClient):
         finally:
             with self._arrived:
                 self._awaiting.pop(rid, None)
-        self._observe_times(times, acked)
+        self._observe_times(times, acked[0] if acked else None)
         return self._noted(pending, res)
 
     def await_result(self, request_id: str) -> CommandResult:
