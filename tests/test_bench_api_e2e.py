@@ -31,3 +31,5 @@ def test_bench_api_answers_and_times_creates_describes_and_changes(
     assert r["changes"] == 100 and r["change_non_2xx"] == 0
     assert 0 < r["change_p50_s"] <= r["change_p99_s"] and r["change_rate_per_s"] > 0
     assert r["api_cpu_ms_per_change"] > 0 and r["processor_transactions_per_change"] > 0
+    # the machine's speed before and after (a yardstick for comparing runs: docs/api.md)
+    assert 0 < r["speed_probe_us_before"] < 1000 and 0 < r["speed_probe_us_after"] < 1000

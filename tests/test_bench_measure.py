@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
 
-from scheduler.bench.common import cpu_seconds, per_unit, topic_bytes
+from scheduler.bench.common import cpu_seconds, per_unit, speed_probe_us, topic_bytes
 from scheduler.kafka.admin import admin_client
 from scheduler.kafka.clients import producer
 from scheduler.principals import as_admin
@@ -47,6 +47,12 @@ def test_cpu_seconds_grows_with_work_and_ignores_gone_processes() -> None:
         pass
     assert cpu_seconds([os.getpid()]) - before >= 0.15
     assert cpu_seconds([2**22 + 7]) == 0.0  # above pid_max's default: no such process
+
+
+def test_speed_probe_times_the_encoding_of_one_command() -> None:
+    # best of its rounds: a second probe agrees within a factor (not a speed target: a yardstick)
+    a, b = speed_probe_us(rounds=3, n=500), speed_probe_us(rounds=3, n=500)
+    assert 0 < a < 1000 and 0 < b < 1000 and max(a, b) / min(a, b) < 5
 
 
 def test_per_unit_adds_a_kinds_tenant_topics_and_keeps_only_growth() -> None:

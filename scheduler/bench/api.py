@@ -82,13 +82,21 @@ def _start(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from scheduler.bench.common import bench_namespace, report, start_processor, wait_restored
+    from scheduler.bench.common import (
+        bench_namespace,
+        free_port,
+        report,
+        speed_probe_us,
+        start_processor,
+        wait_restored,
+    )
     from scheduler.demo.api import wait_ready
     from scheduler.subprocesses import stop_all
     from scheduler.tenant_admin import create_api_key, current
     from scheduler.tenants import Tenant
 
-    api_port, metrics_port = _free_port(), _free_port()
+    api_port, metrics_port = free_port(), free_port()
+    probe_before = speed_probe_us()
     space = bench_namespace(
         [Tenant(name=TENANT, max_schedules=2 * args.creates + 1000)], KSCHED_API_RATE_PER_S="0"
     )
@@ -120,6 +128,10 @@ def _run(args: argparse.Namespace) -> int:
         stop_all(procs)
         space.close()
     out["api_workers"] = args.api_workers
+    # This machine's speed swings by a fifth within a day: the same probe before and after says
+    # which speed a run had (docs/api.md); compare runs of like speed, or alternate versions.
+    out["speed_probe_us_before"] = probe_before
+    out["speed_probe_us_after"] = speed_probe_us()
     out["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     report(out, args.json_file)
     return 0 if out["create_non_2xx"] == 0 and out["describe_non_2xx"] == 0 else 1
@@ -294,11 +306,3 @@ def _stage_means(base: str, processor_metrics_port: int) -> dict[str, float]:
     processor = f"http://127.0.0.1:{processor_metrics_port}/metrics"
     stages["transaction"] = _histogram_totals(processor, "ksched_transaction_seconds").get("all", (0.0, 0.0))
     return {f"stage_{k}_mean_s": round(total / n, 4) for k, (total, n) in stages.items() if n}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -63,6 +63,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def speed_probe_us(rounds: int = 5, n: int = 2_000) -> float:
+    """This machine's speed now: the CPU µs of encoding one schedule command (pure Python, the
+    API's and the processor's kind of work), the best of ``rounds`` runs of ``n``.
+
+    Not a figure of ksched: a yardstick. The same code's benches swing with it on a shared host
+    (docs/api.md), so a bench prints it and runs are compared at like speeds."""
+    from scheduler.domain import ScheduleSpec
+    from scheduler.records import ScheduleCommand, ScheduleSpecRecord, encode
+    from scheduler.vocabulary import CommandKind
+
+    spec = ScheduleSpec(kind="cron", cron="0 3 * * *", timezone="Europe/Paris", handler="probe")  # type: ignore[arg-type]
+    cmd = ScheduleCommand(
+        request_id="probe-request", tenant="probe", kind=CommandKind.CREATE, schedule_id="s-probe",
+        idempotency_key=None, expected_version=None, spec=ScheduleSpecRecord.from_domain(spec),
+        issued_at_ms=1_800_000_000_000,
+    )
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.thread_time()
+        for _ in range(n):
+            encode(cmd)
+        best = min(best, time.thread_time() - t0)
+    return round(1e6 * best / n, 3)
+
+
 def start_processor(env: dict[str, str], metrics_port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "scheduler", "processor", "--log-level", "WARNING"]
     return subprocess.Popen([*cmd, "--metrics-port", str(metrics_port)], env=env)
