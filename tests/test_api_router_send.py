@@ -120,6 +120,26 @@ def test_a_failed_delivery_is_a_publish_error_without_waiting_for_a_result() -> 
     assert time.monotonic() - t < TIMEOUT_S
 
 
+def test_a_failed_delivery_after_the_first_deadline_is_still_the_error_not_a_pending_202() -> None:
+    # the command was not written: a 202 ("may still be applied") would be false
+    t = time.monotonic()
+    with pytest.raises(PublishError, match="the command was not written"):
+        _send(_Router(deliver_s=0.3, deliver_error=KafkaError(KafkaError._MSG_TIMED_OUT), answer_s=None))
+    assert 0.3 * 0.95 <= time.monotonic() - t < 2 * TIMEOUT_S
+
+
+def test_the_deadlines_do_not_follow_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a wall clock stepped back (NTP, a resumed VM) must not hold the request past its deadline
+    real = time.time
+    stepped = [0.0]
+    monkeypatch.setattr(time, "time", lambda: real() - stepped[0])
+    threading.Timer(0.1, lambda: stepped.__setitem__(0, 3600.0)).start()
+    t = time.monotonic()
+    with pytest.raises(RequestTimeout):
+        _send(_Router(answer_s=None))
+    assert time.monotonic() - t < 2 * TIMEOUT_S
+
+
 def test_a_results_topic_refused_earlier_answers_at_once() -> None:
     router = _Router(answer_s=None)
     router._error = PublishError("results topic denied")

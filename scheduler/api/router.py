@@ -165,31 +165,32 @@ class CommandRouter(SchedulerClient):
     async def send(self, pending: PendingRequest) -> Accepted:
         """:meth:`retry` on the event loop: the request waits for its result as a future the
         router's threads settle, not in a thread-pool thread blocked on an event (the pool's
-        hand-off was 13 % of an API worker's CPU under ``ksched bench api``). The same answers and
-        errors as :meth:`retry`, the same deadlines (``timeout_s`` for the delivery report, then
-        ``timeout_s`` from it for the result: :class:`RequestTimeout`).
+        hand-off was 13 % of an API worker's CPU under ``ksched bench api``). The answers and
+        errors of :meth:`retry`, and its deadlines (``timeout_s`` for the delivery report, then
+        ``timeout_s`` from it for the result: :class:`RequestTimeout`), on the monotonic clock.
 
         A good delivery report does not wake the request: its result follows it (the processor
-        reads only delivered commands) and is what the request waits for. Only a failed delivery
-        settles the wait early (an error, not a pending 202); a result read before the report is
-        kept as before."""
+        reads only delivered commands) and is what the request waits for. A failed delivery
+        settles the wait whenever it comes, so the answer is the error (the command was not
+        written), never a pending 202 for a command that cannot be applied (:meth:`retry`, which
+        reads the report once, answers 202 to a failure reported after ``timeout_s``)."""
         cmd = pending.command
         if cmd.tenant not in self._reading:  # its first command here: the reader thread assigns
             await anyio.to_thread.run_sync(self._read_results_of, cmd.tenant)
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[None] = loop.create_future()
         failed: list[KafkaError] = []
-        acked: list[float] = []  # the delivery report's wall time, once it came
-        started = time.time()
+        acked: list[tuple[float, float]] = []  # the delivery report's (monotonic, wall) time
+        started = time.monotonic()
 
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:  # the delivery thread
             if err is not None:
                 failed.append(err)
                 _settle_from_thread(loop, answered)
                 return
-            now = time.time()
-            acked.append(now)
-            _PUBLISH.observe(now - started)
+            at = time.monotonic()
+            acked.append((at, time.time()))  # wall: against the result record's timestamp
+            _PUBLISH.observe(at - started)
 
         rid = cmd.request_id
         with self._arrived:
@@ -201,7 +202,8 @@ class CommandRouter(SchedulerClient):
             if not answered.done() and self._error is None and not failed:
                 # No result within the delivery's deadline: the result's deadline runs from the
                 # delivery report, or from the delivery's deadline when none came.
-                left = (acked[0] if acked else started + self.timeout_s) + self.timeout_s - time.time()
+                since = acked[0][0] if acked else started + self.timeout_s
+                left = since + self.timeout_s - time.monotonic()
                 if left > 0:
                     await asyncio.wait([answered], timeout=left)
             self._check_delivered(cmd, failed)
@@ -215,7 +217,7 @@ class CommandRouter(SchedulerClient):
         finally:
             with self._arrived:
                 self._awaiting.pop(rid, None)
-        self._observe_times(times, acked[0] if acked else None)
+        self._observe_times(times, acked[0][1] if acked else None)
         return self._noted(pending, res)
 
     def await_result(self, request_id: str) -> CommandResult:
