@@ -108,6 +108,33 @@ def test_the_result_deadline_runs_from_the_delivery_report() -> None:
     assert acc.version == 1 and took >= 0.3
 
 
+def test_a_batch_of_results_settles_each_of_its_requests_with_one_wake_up_per_loop() -> None:
+    router = _Router(answer_s=None)
+    wakes: list[int] = []
+
+    async def go() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            wakes.append(1)
+            return real(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        pendings = [_request(router) for _ in range(5)]
+        tasks = [asyncio.create_task(router.send(p)) for p in pendings]
+        await asyncio.sleep(0.05)  # every request waits for its result; the reports came
+        wakes.clear()
+        batch = [(CommandResult(request_id=p.command.request_id, tenant="t1",
+                                schedule_id=p.command.schedule_id, status="ACCEPTED", version=1,
+                                processed_at_ms=0), time.time()) for p in pendings]
+        threading.Thread(target=router._arrived_results, args=(batch,)).start()
+        return await asyncio.gather(*tasks)
+
+    answers = asyncio.run(go())
+    assert [a.version for a in answers] == [1] * 5 and wakes == [1] and router._awaiting == {}
+
+
 def test_a_rejection_is_raised() -> None:
     with pytest.raises(CommandRejected):
         _send(_Router(status="REJECTED"))

@@ -123,6 +123,7 @@ class CommandRouter(SchedulerClient):
     def _read(self) -> None:
         while not self._stopping.is_set():
             self._assign_asked()
+            arrived: list[tuple[CommandResult, float]] = []
             for m in self._next_results():
                 err = m.error()
                 if err is not None and is_denial(err):
@@ -131,27 +132,41 @@ class CommandRouter(SchedulerClient):
                 if err is not None or m.value() is None:
                     continue
                 try:
-                    r = decode(m.value() or b"", CommandResult)
+                    arrived.append((decode(m.value() or b"", CommandResult), m.timestamp()[1] / 1000))
                 except ValueError:
                     continue
-                self._arrived_result(r, m.timestamp()[1] / 1000)
+            if arrived:
+                self._arrived_results(arrived)
 
     def _arrived_result(self, r: CommandResult, produced: float = 0.0) -> None:
-        now = time.monotonic()
+        self._arrived_results([(r, produced)])
+
+    def _arrived_results(self, arrived: list[tuple[CommandResult, float]]) -> None:
+        """Keep each result (with the time its record was produced) for its request, and wake
+        the requests waiting for them: one lock for the batch, and one wake-up of each event loop
+        for all of its requests (a transaction's results come together)."""
+        now, wall = time.monotonic(), time.time()
+        waiters: list[threading.Event] = []
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         with self._arrived:
-            self._pending[r.request_id] = r
-            self._times[r.request_id] = (produced, time.time())
-            self._order.append((now, r.request_id))
+            for r, produced in arrived:
+                rid = r.request_id
+                self._pending[rid] = r
+                self._times[rid] = (produced, wall)
+                self._order.append((now, rid))
+                if (waiter := self._waiting.get(rid)) is not None:
+                    waiters.append(waiter)
+                if (awaiting := self._awaiting.get(rid)) is not None:
+                    by_loop.setdefault(awaiting[0], []).append(awaiting[1])
             while self._order and self._order[0][0] < now - self.keep_s:
                 old = self._order.popleft()[1]
                 self._pending.pop(old, None)
                 self._times.pop(old, None)
-            waiter = self._waiting.get(r.request_id)
-            awaiting = self._awaiting.get(r.request_id)
-        if waiter is not None:  # only its request wakes: one Condition woke all 64 per result
+        for waiter in waiters:  # only its request wakes: one Condition woke all 64 per result
             waiter.set()
-        if awaiting is not None:
-            _settle_from_thread(*awaiting)
+        for loop, futures in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed
+                loop.call_soon_threadsafe(_settle_all, futures)
 
     def _wake_all(self) -> None:
         with self._arrived:
@@ -280,3 +295,8 @@ def _settle_from_thread(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Non
 def _settle(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _settle_all(futures: list[asyncio.Future[None]]) -> None:
+    for fut in futures:
+        _settle(fut)
