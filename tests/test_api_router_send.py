@@ -54,10 +54,10 @@ class _Router(CommandRouter):
 
         later(self.deliver_s, lambda: delivered(self.deliver_error, None))
         ok = self.status == "ACCEPTED"
-        later(self.answer_s, lambda: self._arrived_result(CommandResult(
+        later(self.answer_s, lambda: self._arrived_results([(CommandResult(
             request_id=command.request_id, tenant=command.tenant, schedule_id=command.schedule_id,
             status=self.status, version=1, processed_at_ms=0, code=None if ok else "CONFLICT",
-            reason=None if ok else "another body"), time.time()))
+            reason=None if ok else "another body"), time.time())]))
 
     def _noted(self, pending: PendingRequest, res: CommandResult) -> Any:
         return self._accepted(pending, res)

@@ -138,9 +138,6 @@ class CommandRouter(SchedulerClient):
             if arrived:
                 self._arrived_results(arrived)
 
-    def _arrived_result(self, r: CommandResult, produced: float = 0.0) -> None:
-        self._arrived_results([(r, produced)])
-
     def _arrived_results(self, arrived: list[tuple[CommandResult, float]]) -> None:
         """Keep each result (with the time its record was produced) for its request, and wake
         the requests waiting for them: one lock for the batch, and one wake-up of each event loop
@@ -165,8 +162,7 @@ class CommandRouter(SchedulerClient):
         for waiter in waiters:  # only its request wakes: one Condition woke all 64 per result
             waiter.set()
         for loop, futures in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed
-                loop.call_soon_threadsafe(_settle_all, futures)
+            _settle_from_thread(loop, *futures)
 
     def _wake_all(self) -> None:
         with self._arrived:
@@ -285,18 +281,14 @@ class CommandRouter(SchedulerClient):
         super().close()
 
 
-def _settle_from_thread(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
-    """Settle ``fut`` on its loop from another thread (its request may have gone: a closed loop
-    or a settled future is nothing to do)."""
+def _settle_from_thread(loop: asyncio.AbstractEventLoop, *futures: asyncio.Future[None]) -> None:
+    """Settle ``futures`` on their loop from another thread, with one wake-up of it (their requests
+    may have gone: a closed loop or a settled future is nothing to do)."""
     with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is closed
-        loop.call_soon_threadsafe(_settle, fut)
+        loop.call_soon_threadsafe(_settle, *futures)
 
 
-def _settle(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _settle_all(futures: list[asyncio.Future[None]]) -> None:
+def _settle(*futures: asyncio.Future[None]) -> None:
     for fut in futures:
-        _settle(fut)
+        if not fut.done():
+            fut.set_result(None)
