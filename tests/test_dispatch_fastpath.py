@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.records import Occurrence, current_schema, decode, encode
-from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, lane_index
+from scheduler.records.dispatch import avro_long, dispatch_ids, dispatch_record, dispatch_run, lane_index
 from scheduler.vocabulary import Lane
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -38,7 +38,7 @@ def test_avro_long_matches_fastavro(n: int) -> None:
     payload=st.binary(max_size=300),
     deadline=st.none() | longs,
 )
-def test_head_stamp_tail_equals_the_encoded_record(
+def test_header_ids_run_stamp_tail_equal_the_encoded_record(
     oid: str, sid: str, tenant: str, version: int, sf: int, jitter: int, enq: int, attempt: int,
     lane: str, handler: str, payload: bytes, deadline: int | None,
 ) -> None:
@@ -47,15 +47,12 @@ def test_head_stamp_tail_equals_the_encoded_record(
         available_at_ms=sf + jitter, enqueued_at_ms=enq, attempt=attempt, lane=lane,  # type: ignore[arg-type]
         handler=handler, payload=payload, deadline_ms=deadline,
     )
-    head = dispatch_head(oid, sid, tenant, version, sf, sf + jitter)
-    value = dispatch_record(head, avro_long(enq), attempt, lane_index(lane), handler, payload, deadline)
+    header = current_schema(Occurrence).header
+    ids, run = dispatch_ids(oid, sid), dispatch_run(tenant, version, sf, sf + jitter)
+    value = dispatch_record(header, ids, run, avro_long(enq), attempt, lane_index(lane), handler, payload,
+                            deadline)
     assert value == encode(rec)
     assert decode(value, Occurrence) == rec
-
-
-def test_head_starts_with_the_single_object_header() -> None:
-    head = dispatch_head("o", "s", "t", 1, 0, 0)
-    assert head.startswith(current_schema(Occurrence).header)
 
 
 @given(st.lists(st.tuples(st.floats(min_value=0, max_value=5000, allow_nan=False), st.integers(1, 50)),
@@ -122,18 +119,19 @@ def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
     cases: list[tuple[str, bool, Lane, int, bytes]], full_at: set[int]
 ) -> None:
     """One record per occurrence, in order, on its tenant's topic and partition, keyed by its
-    schedule id, byte-equal to ``encode_dispatch`` (prepared head or not); a full queue hands
-    the record to ``on_full`` instead (never dropped, never twice)."""
+    schedule id, byte-equal to ``encode_dispatch`` (prepared ids or not; occurrences that share
+    their run's piece or not); a full queue hands the record to ``on_full`` instead (never
+    dropped, never twice)."""
     from scheduler.processor import wire
     from scheduler.processor.model import DueOccurrence
 
     stamp = avro_long(1_800_000_000_123)
     occs = []
     for i, (tenant, prepared, lane, attempt, payload) in enumerate(cases):
-        sid, f = f"s-{i}", 1_800_000_000 + i
-        o = DueOccurrence(sid, tenant, 3, f, f + i % 7, int(lane), f"h{i}", payload, attempt)
-        head = dispatch_head(o.occurrence_id, sid, tenant, 3, f * 1000, (f + i % 7) * 1000)
-        occs.append(o._replace(prepared=head) if prepared else o)
+        sid, f, version = f"s-{i}", 1_800_000_000 + i // 4, 4 if i % 5 == 0 else 3  # runs of equal f
+        avail = f + (i % 2) * (i % 7)
+        o = DueOccurrence(sid, tenant, version, f, avail, int(lane), f"h{i}", payload, attempt)
+        occs.append(o._replace(prepared=dispatch_ids(o.occurrence_id, sid)) if prepared else o)
     written: list[tuple[str, str, bytes, bytes, int]] = []
 
     def produce(topic: str, value: bytes, key: bytes, partition: int) -> None:

@@ -1,12 +1,14 @@
 """``ksched bench fire``: the processor's firing path in-process, without Kafka, in CPU µs.
 
 N daily schedules of one tenant are created in a :class:`~scheduler.processor.shard.Shard`, their
-dispatch heads prepared as the processor does ahead of the instant, then the instant's ticks run
-(``due`` with the tick budget, inside ``Heap.quiet`` as the processor runs them) and every dispatch
-record is encoded and handed to a ``produce`` that drops it. The figures are the main thread's CPU
+dispatch records' ids prepared as the processor does ahead of the instant, then the instant's ticks
+run (``due`` with the tick budget, inside ``Heap.quiet`` as the processor runs them) and every
+dispatch record is encoded and handed to a ``produce`` that drops it, by the processor's own
+:func:`scheduler.processor.wire.produce_dispatch`. The figures are the main thread's CPU
 time per occurrence for ``due`` and for encoding, so they hold on a loaded machine where the
 burst's wall-clock figures do not; ``ksched bench burst`` measures the whole path against the
-broker. Also reported: RSS per armed schedule and what the prepared heads add.
+broker. Also reported: RSS per armed schedule and what the prepared ids add
+(``prepared_head_bytes_per_schedule``, named when the whole head was prepared).
 
 ``--kind once``: one-time schedules instead, each completed by its fire; their COMPLETED records
 (two ``Schedule`` encodings each, as the checkpoint writes them) are timed apart
@@ -49,6 +51,10 @@ def _trim() -> None:
 _TENANT = "t0"
 
 
+def _dispatch_topic(tenant: str) -> str:
+    return f"dispatch.{tenant}"
+
+
 def create(shard: Any, n: int, now: int, once_at: int | None = None) -> None:
     """``n`` hourly schedules of tenant ``_TENANT`` in ``shard``, each with a payload and a key of its own
     as callers send them; ``once_at``: one-time schedules due then instead."""
@@ -82,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     rss_armed = _rss()
     while True:  # as the processor's idle time does within prepare_ahead_s of the instant
         batch = shard.to_prepare(due + 30, 500)
-        wire.prepare_heads(batch)
+        wire.prepare_ids(batch)
         if len(batch) < 500:
             break
     _trim()
@@ -92,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         pass
 
     stamp = wire.dispatch_stamp(due * 1000)
-    encode = wire.encode_dispatch
+    dispatch = wire.produce_dispatch
     change = wire_state.encode_schedule_change
     due_s = encode_s = complete_s = 0.0
     total = ticks = completed = 0
@@ -102,8 +108,7 @@ def _run(args: argparse.Namespace) -> int:
             t0 = time.thread_time()
             out = shard.due(due, args.budget, float(due))
             t1 = time.thread_time()
-            for occ in out.dispatch:
-                produce("dispatch", encode(occ, stamp), occ.schedule_id.encode(), partition=0)
+            dispatch(out.dispatch, stamp, _dispatch_topic, wire.single_object, produce, produce, 0)
             t2 = time.thread_time()
             for e in out.completed:  # what Checkpoint.due writes for each
                 sched, _, version = change(e, wire_state.COMPLETION, f"complete-{e.schedule_id}", due, shard)

@@ -24,7 +24,7 @@ from scheduler.records import (
     report_scan,
     schema_header,
 )
-from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, lane_index
+from scheduler.records.dispatch import avro_long, dispatch_ids, dispatch_record, dispatch_run, lane_index
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
 
 MAX_REASON_CHARS = 2000
@@ -46,18 +46,16 @@ def lit(value: str) -> Any:
     return value
 
 
-def prepare_heads(entries: Iterable[Entry], header_of: Callable[[str], bytes] = single_object) -> None:
-    """Encode, ahead of time, the head of each armed entry's next dispatch record (with the
-    header ``header_of`` gives the entry's tenant)."""
+def prepare_ids(entries: Iterable[Entry]) -> None:
+    """Encode, ahead of time, the ids of each armed entry's next dispatch record (its
+    occurrence id, a hash, and its schedule id: :func:`scheduler.records.dispatch.dispatch_ids`).
+    The rest of the record is shared by the occurrences due together, or known only when it fires."""
     for e in entries:
-        f, avail = e.next_for, e.armed_at
-        if f is None or avail is None:
+        f = e.next_for
+        if f is None or e.armed_at is None:
             continue
         sid = e.schedule_id
-        e.prepared = dispatch_head(
-            occurrence_id(sid, e.version, f), sid, e.tenant, e.version, f * 1000, avail * 1000,
-            header_of(e.tenant),
-        )
+        e.prepared = dispatch_ids(occurrence_id(sid, e.version, f), sid)
 
 
 def dispatch_stamp(enqueued_at_ms: int) -> bytes:
@@ -68,14 +66,13 @@ def dispatch_stamp(enqueued_at_ms: int) -> bytes:
 def encode_dispatch(
     o: DueOccurrence, stamp: bytes, header_of: Callable[[str], bytes] = single_object
 ) -> bytes:
-    """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
-    head = o.prepared
-    if head is None:
-        head = dispatch_head(
-            o.occurrence_id, o.schedule_id, o.tenant, o.version, o.scheduled_for * 1000,
-            o.available_at * 1000, header_of(o.tenant),
-        )
-    return dispatch_record(head, stamp, o.attempt, _LANE_INDEX[o.lane], o.handler, o.payload, None)
+    """The dispatch record of ``o`` (its prepared ids, or ones encoded now) stamped with the tick."""
+    ids = o.prepared
+    if ids is None:
+        ids = dispatch_ids(o.occurrence_id, o.schedule_id)
+    run = dispatch_run(o.tenant, o.version, o.scheduled_for * 1000, o.available_at * 1000)
+    return dispatch_record(header_of(o.tenant), ids, run, stamp, o.attempt, _LANE_INDEX[o.lane], o.handler,
+                           o.payload, None)
 
 
 Produce = Callable[[str, bytes, bytes, int], None]
@@ -93,17 +90,21 @@ def produce_dispatch(
     The hot path of a burst, one call per tick: each occurrence is unpacked once and its
     record composed here rather than through :func:`encode_dispatch` (a frame and six field
     lookups fewer: ~0.35 µs of ~1.9 per record with ``produce``, measured in session 12)."""
-    record, lanes = dispatch_record, _LANE_INDEX
+    record, lanes, run_of = dispatch_record, _LANE_INDEX, dispatch_run
     last: str | None = None
-    topic = ""
+    topic, header, run = "", b"", b""
+    run_v = run_f = run_a = -1
     for occ in occs:
-        sid, tenant, _, _, _, lane, handler, payload, attempt, head = occ  # DueOccurrence, in order
+        sid, tenant, version, f, avail, lane, handler, payload, attempt, ids = occ  # DueOccurrence, in order
         if tenant is not last:  # a tick's dispatch comes in runs of one tenant
-            last, topic = tenant, topic_of(tenant)
-        if head is None:
-            value = encode_dispatch(occ, stamp, header_of)
-        else:
-            value = record(head, stamp, attempt, lanes[lane], handler, payload, None)
+            last, topic, header = tenant, topic_of(tenant), header_of(tenant)
+            run_v = -1
+        if f != run_f or avail != run_a or version != run_v:  # a burst's strict ones: one run
+            run_v, run_f, run_a = version, f, avail
+            run = run_of(tenant, version, f * 1000, avail * 1000)
+        if ids is None:
+            ids = dispatch_ids(occ.occurrence_id, sid)
+        value = record(header, ids, run, stamp, attempt, lanes[lane], handler, payload, None)
         key = sid.encode()
         try:
             produce(topic, value, key, partition)

@@ -306,20 +306,17 @@ def event_record(header: bytes, ev: EventFields, state_index: dict[str, int], at
                        reason, at_ms)
 
 
-def occurrence_head(
-    header: bytes,
-    occurrence_id: str,
-    schedule_id: str,
-    tenant: str,
-    version: int,
-    scheduled_for_ms: int,
-    available_at_ms: int,
-) -> bytes:
-    """An ``Occurrence`` (dispatch) record up to ``enqueued_at_ms``: ``header`` then its first six
-    fields (:mod:`scheduler.records.dispatch`)."""
-    return _occurrence_key(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms) + avro_long(
-        available_at_ms
-    )
+def occurrence_ids(occurrence_id: str, schedule_id: str) -> bytes:
+    """The part of an ``Occurrence`` (dispatch) record that is one occurrence's own: its first two
+    fields (:mod:`scheduler.records.dispatch`), what the processor encodes ahead of the instant."""
+    return avro_string(occurrence_id) + avro_string(schedule_id)
+
+
+def occurrence_run(tenant: str, version: int, scheduled_for_ms: int, available_at_ms: int) -> bytes:
+    """The ``Occurrence`` fields after the ids up to ``enqueued_at_ms``: one encoding serves a run
+    of occurrences of one tenant and version due at one instant (a burst's strict ones)."""
+    return b"".join((avro_string(tenant), avro_long(version), avro_long(scheduled_for_ms),
+                     avro_long(available_at_ms)))
 
 
 def _occurrence_key(
@@ -337,19 +334,21 @@ def _occurrence_key(
 
 
 def occurrence_record(
-    head: bytes, stamp: bytes, attempt: int, lane_index: int, handler: str, payload: bytes,
-    deadline_ms: int | None,
+    header: bytes, ids: bytes, run: bytes, stamp: bytes, attempt: int, lane_index: int, handler: str,
+    payload: bytes, deadline_ms: int | None,
 ) -> bytes:
-    """A whole ``Occurrence`` record: its ``head`` (:func:`occurrence_head`), the encoded
-    ``enqueued_at_ms`` (``stamp``), then the fields after it (``lane_index``: the lane's position
-    among the enum's symbols), in one join. A burst writes one per
-    occurrence, and schedules rarely share a payload: no cached tail to look up first.
+    """A whole ``Occurrence`` record: ``header``, its ``ids`` (:func:`occurrence_ids`) and ``run``
+    (:func:`occurrence_run`), the encoded ``enqueued_at_ms`` (``stamp``), then the fields after it
+    (``lane_index``: the lane's position among the enum's symbols), in one join. A burst writes
+    one per occurrence, and schedules rarely share a payload: no cached tail to look up first.
 
     Raises ValueError when ``attempt`` does not fit an Avro int."""
     if not 1 <= attempt <= 2_147_483_647:
         raise ValueError(f"field attempt: {attempt!r} must be 1..2147483647")
     return b"".join((
-        head,
+        header,
+        ids,
+        run,
         stamp,
         avro_long(attempt),
         avro_long(lane_index),

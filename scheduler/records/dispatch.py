@@ -1,19 +1,23 @@
-"""The dispatch record's fast path: an ``Occurrence`` encoded from a head prepared ahead.
+"""The dispatch record's fast path: an ``Occurrence`` encoded from pieces, one prepared ahead.
 
 At the top of an hour a processor emits hundreds of thousands of dispatch
 records; DESIGN.md §4 asks that payloads due soon be encoded ahead of time so
-that firing costs little more than ``produce()``. Of the ``Occurrence`` fields
-only ``enqueued_at_ms`` is unknown before the moment of firing, so a record is
+that firing costs little more than ``produce()``. A record is
 
-    head  = header | occurrence_id | schedule_id | tenant | version
-            | scheduled_for_ms | available_at_ms          (known once the occurrence is)
-    stamp = enqueued_at_ms                               (one per tick, shared)
+    header                                       (the tenant's framing: one per tenant)
+    ids   = occurrence_id | schedule_id          (the occurrence's own: prepared ahead)
+    run   = tenant | version | scheduled_for_ms
+            | available_at_ms                    (shared by a run of occurrences due together)
+    stamp = enqueued_at_ms                       (one per tick, shared)
     then    attempt | lane | handler | payload | deadline_ms
 
 and :func:`dispatch_record` of them is byte for byte what
 :func:`scheduler.records.encode` writes for the same ``Occurrence`` (a test
-pins this against fastavro). The field order is checked against the current
-schema at import, so a schema change cannot silently desynchronise the two.
+pins this against fastavro). Only the ids are kept per armed schedule until
+its instant: the header and the run are the same for a whole burst, and the
+memory a burst's prepared pieces take is its peak (docs/performance.md). The
+field order is checked against the current schema at import, so a schema
+change cannot silently desynchronise the pieces.
 """
 
 from __future__ import annotations
@@ -26,11 +30,17 @@ from scheduler.records.types import Occurrence
 
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 avro_long: Callable[[int], bytes] = _fast.avro_long
-_head: Callable[[bytes, str, str, str, int, int, int], bytes] = _fast.occurrence_head
-dispatch_record: Callable[[bytes, bytes, int, int, str, bytes, int | None], bytes] = _fast.occurrence_record
-"""``dispatch_record(head, stamp, attempt, lane_index, handler, payload, deadline_ms)``: a whole
-record from its head and stamp, as the processor writes one per occurrence (``lane_index``:
-:func:`lane_index`)."""
+dispatch_ids: Callable[[str, str], bytes] = _fast.occurrence_ids
+"""``dispatch_ids(occurrence_id, schedule_id)``: the piece prepared ahead of the instant."""
+dispatch_run: Callable[[str, int, int, int], bytes] = _fast.occurrence_run
+"""``dispatch_run(tenant, version, scheduled_for_ms, available_at_ms)``: the piece a run shares."""
+dispatch_record: Callable[[bytes, bytes, bytes, bytes, int, int, str, bytes, int | None], bytes] = (
+    _fast.occurrence_record
+)
+"""``dispatch_record(header, ids, run, stamp, attempt, lane_index, handler, payload, deadline_ms)``:
+a whole record from its pieces, as the processor writes one per occurrence (``lane_index``:
+:func:`lane_index`; ``header``: the single-object one, ``schema_header(Occurrence)``, or a
+Confluent one, :class:`scheduler.records.framer.Framer`)."""
 _FIELDS = (
     "occurrence_id",
     "schedule_id",
@@ -53,27 +63,12 @@ _LANES: tuple[str, ...] = tuple(
     next(f["type"]["symbols"] for f in _SCHEMA.expanded["fields"] if f["name"] == "lane")
 )
 _LANE_INDEX = {lane: i for i, lane in enumerate(_LANES)}
-_HEADER = _SCHEMA.header
 
-__all__ = ["avro_bytes", "avro_long", "dispatch_head", "dispatch_record", "lane_index"]
+__all__ = ["avro_bytes", "avro_long", "dispatch_ids", "dispatch_record", "dispatch_run", "lane_index"]
 
 
 def avro_bytes(raw: bytes) -> bytes:
     return avro_long(len(raw)) + raw
-
-
-def dispatch_head(
-    occurrence_id: str,
-    schedule_id: str,
-    tenant: str,
-    version: int,
-    scheduled_for_ms: int,
-    available_at_ms: int,
-    header: bytes = _HEADER,
-) -> bytes:
-    """Everything of the record before ``enqueued_at_ms``, ``header`` included: the single-object
-    one by default, or a Confluent one (:class:`scheduler.records.framer.Framer`)."""
-    return _head(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms, available_at_ms)
 
 
 def lane_index(lane: str) -> int:

@@ -7,7 +7,7 @@ registration of a schema already there returns its id) the first time a writer f
 type for a topic; the writer checks compatibility with the subject's latest version first, so a
 refusal names the subject rather than a bare HTTP 409. Then encoding is one fastavro encode after
 a 5-byte prefix taken from a dict (:meth:`Codecs.encode` ``header``), and the processor's
-prepared dispatch heads carry it (:func:`scheduler.records.dispatch.dispatch_head`).
+dispatch records begin with it (:func:`scheduler.records.dispatch.dispatch_record`).
 """
 
 from __future__ import annotations
