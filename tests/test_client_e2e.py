@@ -5,8 +5,6 @@
   ``expected_version`` so a concurrent update is refused, not overwritten.
 * A keyless create that times out carries its pending request; awaiting or
   re-sending it never makes a second schedule.
-* A command Kafka refuses after the client's flush stopped waiting raises PublishError (it was
-  not written), not RequestTimeout (which says it may still be applied).
 """
 
 from __future__ import annotations
@@ -16,12 +14,10 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka.admin import NewTopic
 
 from scheduler.cli import main
 from scheduler.client import (
     CommandRejected,
-    PublishError,
     RequestTimeout,
     ScheduleNotFound,
     SchedulerClient,
@@ -29,11 +25,8 @@ from scheduler.client import (
     read_schedules,
 )
 from scheduler.domain import ScheduleSpec, schedule_id_for
-from scheduler.kafka.admin import admin_client
-from scheduler.kafka.clients import producer
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, add_tenant
-from scheduler.topology import topic_name
 from tests.test_processor_e2e import start_processor
 
 pytestmark = pytest.mark.kafka
@@ -161,24 +154,3 @@ def test_a_keyless_create_that_timed_out_is_awaited_or_resent_without_a_duplicat
     mine = [s for s in read_schedules(cluster, TENANT).values() if s.spec.payload == b"once-only"]
     assert [s.schedule_id for s in mine] == [pending.schedule_id]
 
-
-
-def test_a_command_refused_after_the_flush_stopped_waiting_is_not_written_not_pending(
-    cluster: Settings,
-) -> None:
-    """The flush waits ``timeout_s`` for the delivery report; a refusal reported after it (here
-    the record's own timeout: the tenant's commands topic does not exist) but before the result's
-    deadline is the answer: PublishError, not a RequestTimeout that invites waiting for it."""
-    tenant = "sdk-refused-late"  # not registered: only its results topic exists, for the client to read
-    results = topic_name(cluster, "results", tenant)
-    admin = admin_client(cluster.kafka())  # kept: a dropped client cancels its futures
-    for f in admin.create_topics([NewTopic(results, cluster.partitions, 1)], operation_timeout=30).values():
-        f.result(30)
-    spec = ScheduleSpec(kind="cron", cron="0 0 * * *", timezone="UTC", handler="h")
-    with SchedulerClient(cluster, timeout_s=2.5) as client:
-        # The record is refused 1.5-2.5 s after it is produced (librdkafka checks the timeout of a
-        # record without a topic once a second): after the flush's 2.5 s, before the result's 5 s.
-        client._producer = producer(client.conn, **{"message.timeout.ms": 2600})
-        with pytest.raises(PublishError, match="was not written") as info:
-            client.create(tenant, spec, key="refused-late")
-        assert not isinstance(info.value, RequestTimeout)

@@ -259,9 +259,8 @@ class SchedulerClient(QueryCalls):
     def publish(self, command: ScheduleCommand, *, wait: bool = True) -> CommandResult | None:
         """Publish a raw command (keyed by schedule id); optionally await its result.
 
-        Raises :class:`PublishError` if Kafka refused the record -- also when the refusal is
-        reported after the flush's ``timeout_s`` but before the answer's deadline: it was not
-        written, so no answer is coming --, TimeoutError (:meth:`await_result`) if no answer arrives.
+        Raises :class:`PublishError` if Kafka refused the record, TimeoutError
+        (:meth:`await_result`) if no answer arrives.
         """
         failed: list[KafkaError] = []
         done = threading.Event()
@@ -283,15 +282,7 @@ class SchedulerClient(QueryCalls):
             raise PublishError(f"{command.kind} {command.request_id}: the command was not written: "
                                f"{exc}") from None
         self._check_delivered(command, failed)
-        if not wait:
-            return None
-        try:
-            return self.await_result(command.request_id)
-        except TimeoutError:
-            if not done.is_set():  # no delivery report within the flush's wait: one may have come since
-                self._producer.poll(0)
-                self._check_delivered(command, failed)  # refused late: not written, not a pending request
-            raise
+        return self.await_result(command.request_id) if wait else None
 
     def _produce(self, command: ScheduleCommand, delivered: Any) -> None:
         """Hand ``command`` to the producer (``delivered(err, msg)`` is its delivery report); raises
