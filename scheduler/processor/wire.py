@@ -92,16 +92,20 @@ def produce_dispatch(
     lookups fewer: ~0.35 µs of ~1.9 per record with ``produce``, measured in session 12)."""
     record, lanes, run_of = dispatch_record, _LANE_INDEX, dispatch_run
     last: str | None = None
-    topic, header, run = "", b"", b""
-    run_v = run_f = run_a = -1
+    topic, header = "", b""
+    runs: dict[int, bytes] = {}  # by version: the runs of one tenant's occurrences due at (f, avail)
+    run_f = run_a = -1
     for occ in occs:
         sid, tenant, version, f, avail, lane, handler, payload, attempt, ids = occ  # DueOccurrence, in order
         if tenant is not last:  # a tick's dispatch comes in runs of one tenant
             last, topic, header = tenant, topic_of(tenant), header_of(tenant)
-            run_v = -1
-        if f != run_f or avail != run_a or version != run_v:  # a burst's strict ones: one run
-            run_v, run_f, run_a = version, f, avail
-            run = run_of(tenant, version, f * 1000, avail * 1000)
+            run_f = -1
+        if f != run_f or avail != run_a:  # a burst's strict ones share (f, avail); a flexible one has its own
+            run_f, run_a = f, avail
+            runs.clear()
+        run = runs.get(version)
+        if run is None:  # schedules updated since their creation interleave their versions
+            run = runs[version] = run_of(tenant, version, f * 1000, avail * 1000)
         if ids is None:
             ids = dispatch_ids(occ.occurrence_id, sid)
         value = record(header, ids, run, stamp, attempt, lanes[lane], handler, payload, None)
