@@ -284,7 +284,12 @@ def event_value(
     """An ``OccurrenceEvent`` record: ``header`` then its body (``state_index``: the state's
     position among the enum's symbols)."""
     return b"".join((
-        _occurrence_key(header, occurrence_id, schedule_id, tenant, version, scheduled_for_ms),
+        header,
+        avro_string(occurrence_id),
+        avro_string(schedule_id),
+        avro_string(tenant),
+        avro_long(version),
+        avro_long(scheduled_for_ms),
         avro_long(state_index),
         b"\x00" if attempt is None else b"\x02" + avro_long(attempt),
         b"\x00" if reason is None else b"\x02" + avro_string(reason),
@@ -317,20 +322,6 @@ def occurrence_run(tenant: str, version: int, scheduled_for_ms: int, available_a
     of occurrences of one tenant and version due at one instant (a burst's strict ones)."""
     return b"".join((avro_string(tenant), avro_long(version), avro_long(scheduled_for_ms),
                      avro_long(available_at_ms)))
-
-
-def _occurrence_key(
-    header: bytes, occurrence_id: str, schedule_id: str, tenant: str, version: int, scheduled_for_ms: int
-) -> bytes:
-    """``header`` and the fields an ``Occurrence`` and an ``OccurrenceEvent`` both begin with."""
-    return b"".join((
-        header,
-        avro_string(occurrence_id),
-        avro_string(schedule_id),
-        avro_string(tenant),
-        avro_long(version),
-        avro_long(scheduled_for_ms),
-    ))
 
 
 def occurrence_record(
