@@ -147,7 +147,12 @@ def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
     def topic(t: str) -> str:
         return f"ksched.dispatch.{t}"
 
-    wire.produce_dispatch(occs, stamp, topic, wire.single_object, produce, on_full, 5)
-    expected = [(topic(o.tenant), wire.encode_dispatch(o, stamp), o.schedule_id.encode(), 5) for o in occs]
+    def header(t: str) -> bytes:  # a framing of each tenant's own (Confluent ids differ per topic)
+        return b"\x00" + t.encode().rjust(4, b"-")
+
+    wire.produce_dispatch(occs, stamp, topic, header, produce, on_full, 5)
+    expected = [(topic(o.tenant), wire.encode_dispatch(o, stamp, header), o.schedule_id.encode(), 5)
+                for o in occs]
+    assert all(w[2].startswith(header(o.tenant)) for w, o in zip(written, occs, strict=True))
     assert [w[1:] for w in written] == expected
     assert all(w[0] != "full" for w in written)
