@@ -77,15 +77,15 @@ def test_compiled_scan_equals_its_source_on_any_bytes(rec: Schedule, data: st.Da
 def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: st.DataObject) -> None:
     pure, compiled = importlib.import_module(FAST), native.load(FAST)
     for value in (encode(rep), _mutated(encode(rep), data)):
-        start = len(rs.REPORT_HEADER)
-        assert compiled.scan_report(value, start, rs.KINDS) == pure.scan_report(value, start, rs.KINDS)
+        header = rs.REPORT_HEADER
+        assert compiled.scan_report(header, rs.KINDS, value) == pure.scan_report(header, rs.KINDS, value)
     args = (b"H", rep.occurrence_id, rep.schedule_id, rep.tenant, rep.version, rep.scheduled_for_ms, 2,
             rep.attempt, rep.error_message, rep.reported_at_ms)
     assert compiled.event_value(*args) == pure.event_value(*args)
     # the processor's Event (a named tuple) through the compiled unpacking
     ev = Event(rep.occurrence_id, rep.schedule_id, rep.tenant, rep.version, rep.scheduled_for_ms // 1000,
                "SUCCEEDED", rep.error_message, rep.attempt)
-    record = (b"H", ev, rs.STATE_INDEX, rep.reported_at_ms)
+    record = (rs.STATE_INDEX, rep.reported_at_ms, b"H", ev)
     assert compiled.event_record(*record) == pure.event_record(*record)
 
 

@@ -185,6 +185,11 @@ def _check(f: Fields, zone: str, t: int, nonexistent: str, repeated: str) -> Non
         assert nxt == expected[0]
     else:
         assert nxt is None or nxt > t + HORIZON
+    # is_fire_time remembers the last instant it confirmed: asked twice, and between fire times
+    # and the seconds around them, it still answers as the oracle does
+    fires = set(expected)
+    for s in (x for e in expected[:40] for x in (e, e, e - 60, e + 1, e) if t < x <= t + HORIZON):
+        assert c.is_fire_time(s) == (s in fires), (f.text(), zone, s)
 
 
 @SETTINGS

@@ -79,7 +79,7 @@ class CompiledSpec:
     share one :class:`CronRule` (``.rule``).
     """
 
-    __slots__ = ("_last", "at_epoch", "end_epoch", "kind", "max_runs", "rule", "start_epoch",
+    __slots__ = ("_fire", "_last", "at_epoch", "end_epoch", "kind", "max_runs", "rule", "start_epoch",
                  "zone_name")
 
     kind: ScheduleKind | ScheduleKindSymbol
@@ -90,6 +90,7 @@ class CompiledSpec:
     max_runs: int | None
     zone_name: str
     _last: int | None  # effective inclusive upper bound (end and max_runs); computed lazily
+    _fire: int | None  # the last instant is_fire_time confirmed (a memo: a burst's reports name a few)
 
     def __init__(
         self,
@@ -110,6 +111,7 @@ class CompiledSpec:
         self.end_epoch = end_epoch
         self.max_runs = max_runs
         self._last = None
+        self._fire: int | None = None
 
     def __repr__(self) -> str:
         what = repr(self.rule) if self.rule is not None else f"at={self.at_epoch}"
@@ -167,6 +169,20 @@ class CompiledSpec:
             return None
         return f
 
+    def is_fire_time(self, s: int) -> bool:
+        """Whether epoch second ``s`` is a fire instant: ``next_after_epoch(s - 1) == s``.
+
+        The processor asks it of every attempt report it adopts, and a burst's hundreds of
+        thousands of reports name the few instants their schedules share (specs are interned),
+        so the last instant confirmed is remembered: a pure function's memo, not state.
+        """
+        if s == self._fire:
+            return True
+        if self.next_after_epoch(s - 1) != s:
+            return False
+        self._fire = s
+        return True
+
     def iter_epoch(self, after: int) -> Iterator[int]:
         """Every fire instant strictly after ``after``, ascending (lazily; may be endless)."""
         f = self.next_after_epoch(after)
@@ -209,10 +225,10 @@ class CompiledSpec:
         Needs ``start`` for cron schedules (the count has to begin somewhere).
         """
         if self.rule is None:
-            return 1 if self.next_after_epoch(f - 1) == f else None
+            return 1 if self.is_fire_time(f) else None
         if self.start_epoch is None:
             raise ValueError("run_index needs a spec with start")
-        if self.next_after_epoch(f - 1) != f:
+        if not self.is_fire_time(f):
             return None
         return self.count_between_epoch(self.start_epoch - 1, f)
 

@@ -355,7 +355,7 @@ def arm_new(store: ShardStore, e: Entry, after: int, now: int) -> list[Event]:
         return []
     store.complete(e, now)
     at = e.compiled.at_epoch
-    if at is None or e.compiled.next_after_epoch(at - 1) != at:
+    if at is None or not e.compiled.is_fire_time(at):
         return []  # a cron schedule past its end, or a one-time outside its bounds
     out = TickOutput()
     avail = store.available(e, at)

@@ -245,7 +245,7 @@ def unknown_occurrence(e: Entry, version: int, scheduled_for: int, now: int) -> 
     if scheduled_for > now + CLOCK_SKEW_S:
         return f"scheduled_for {scheduled_for} is in the future (now {now}): no such occurrence was emitted"
     if version == e.version:
-        if e.compiled.next_after_epoch(scheduled_for - 1) != scheduled_for:
+        if not e.compiled.is_fire_time(scheduled_for):
             return f"scheduled_for {scheduled_for} is not a fire time of version {version} of {e.schedule_id}"
         # version_start(e) <= effective_from: most reports are of later times, decided here
         if scheduled_for < e.effective_from and scheduled_for < version_start(e):

@@ -8,6 +8,7 @@ The records a shard restores from are in :mod:`scheduler.processor.wire_state`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from scheduler.domain import occurrence_id
@@ -120,9 +121,13 @@ def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
     """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s); ``header``:
     the framing's (None: single-object), as for every encoder here. Written by hand (one per
     report applied: :mod:`scheduler.records.report_scan`)."""
-    return report_scan.event_record(
-        _EVENT_HEADER if header is None else header, ev, report_scan.STATE_INDEX, now * 1000
-    )
+    return event_encoder(now)(_EVENT_HEADER if header is None else header, ev)
+
+
+def event_encoder(now: int) -> Callable[[bytes, Event], bytes]:
+    """:func:`encode_event` for a batch of events stamped ``now``, as ``encoder(header, ev)``: the
+    compiled writer with what the batch shares bound once, no Python frame per event."""
+    return partial(report_scan.event_record, report_scan.STATE_INDEX, now * 1000)
 
 
 def encode_dead_letter(

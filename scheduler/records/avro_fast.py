@@ -127,12 +127,16 @@ def _opt_string(b: bytes, i: int) -> tuple[str | None, int]:
     return read_string(b, i) if present else (None, i)
 
 
-def scan_report(data: bytes, start: int, kinds: tuple[str, ...]) -> ScannedReport | None:
-    """The ``AttemptReport`` body at ``data[start:]`` (``kinds``: the report kind enum's
-    symbols), or None when the bytes are not exactly one such body (truncated, trailing bytes,
-    an int or symbol out of range, invalid UTF-8): the general decoder then answers why."""
+def scan_report(header: bytes, kinds: tuple[str, ...], data: bytes) -> ScannedReport | None:
+    """The ``AttemptReport`` record ``data``: ``header`` then the body (``kinds``: the report
+    kind enum's symbols). None when ``data`` has another header or is not exactly one such body
+    (truncated, trailing bytes, an int or symbol out of range, invalid UTF-8): the general
+    decoder then answers why. The arguments every record shares come first, for a
+    ``functools.partial``."""
+    if not data.startswith(header):
+        return None
     try:
-        oid, pos = read_string(data, start)
+        oid, pos = read_string(data, len(header))
         sid, pos = read_string(data, pos)
         tenant, pos = read_string(data, pos)
         version, pos = read_long(data, pos)
@@ -303,9 +307,10 @@ tuple): occurrence_id, schedule_id, tenant, version, scheduled_for (epoch s), st
 attempt."""
 
 
-def event_record(header: bytes, ev: EventFields, state_index: dict[str, int], at_ms: int) -> bytes:
+def event_record(state_index: dict[str, int], at_ms: int, header: bytes, ev: EventFields) -> bytes:
     """:func:`event_value` of the event ``ev`` (``state_index``: each state's position among the
-    enum's symbols), unpacked here, compiled, rather than field by field by its caller."""
+    enum's symbols), unpacked here, compiled, rather than field by field by its caller. The
+    arguments a batch shares come first, so that a ``functools.partial`` binds them once."""
     oid, sid, tenant, version, scheduled_for, state, reason, attempt = ev
     return event_value(header, oid, sid, tenant, version, scheduled_for * 1000, state_index[state], attempt,
                        reason, at_ms)

@@ -15,6 +15,7 @@ The field orders are checked against the current schemas at import, like
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from scheduler.native import load
@@ -45,20 +46,15 @@ _REPORT = _fields(AttemptReport, _REPORT_FIELDS)
 KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
 REPORT_HEADER = current_schema(AttemptReport).header
 STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
-_HEADER_LEN = len(REPORT_HEADER)
 _fast = load("scheduler.records.avro_fast")  # compiled when built
-scan_report: Callable[[bytes, int, tuple[str, ...]], ScannedReport | None] = _fast.scan_report
 event_value: Callable[..., bytes] = _fast.event_value
-# (header, processor Event, STATE_INDEX, at_ms): one compiled call per event the processor writes.
-event_record: Callable[[bytes, EventFields, dict[str, int], int], bytes] = _fast.event_record
+# (STATE_INDEX, at_ms, header, processor Event): one compiled call per event the processor writes.
+event_record: Callable[[dict[str, int], int, bytes, EventFields], bytes] = _fast.event_record
 
 
-def scan(raw: bytes) -> ScannedReport | None:
-    """``raw`` as a report of the current schema in the single-object framing (its fields in
-    schema order), else None."""
-    if not raw.startswith(REPORT_HEADER):
-        return None
-    return scan_report(raw, _HEADER_LEN, KINDS)
+# ``scan(raw)``: ``raw`` as a report of the current schema in the single-object framing (its
+# fields in schema order), else None. The compiled reader itself, no Python frame per report.
+scan: Callable[[bytes], ScannedReport | None] = partial(_fast.scan_report, REPORT_HEADER, KINDS)
 
 
 def fields_of(rep: AttemptReport) -> ScannedReport:
