@@ -92,10 +92,11 @@ def test_bench_reports_applies_every_report_once_and_splits_its_cpu(tmp_path: Pa
 
     for started, sent in ((False, 2000), (True, 4000)):
         out = tmp_path / f"reports-{started}.json"
-        args = argparse.Namespace(reports=2000, started=started, json_file=str(out))
+        args = argparse.Namespace(reports=2000, started=started, rounds=2, json_file=str(out))
         assert reports._run(args) == 0  # non-zero unless every report was applied exactly once
         figures = json.loads(out.read_text())
         assert figures["reports"] == figures["applied"] == sent and figures["ignored"] == 0
         assert figures["succeeded_events"] == figures["events_produced"] == 2000
+        assert len(figures["cpu_us_per_report_rounds"]) == 2 and figures["speed_probe_us_before"] > 0
         for stage in ("scan", "apply", "event_write"):
             assert figures[f"{stage}_cpu_us_per_report"] > 0

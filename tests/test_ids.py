@@ -28,6 +28,22 @@ def test_ids_occurrence_id_pinned_vectors() -> None:
     assert oid == blake2b(data, digest_size=16, person=b"ksched.occ.v1").hexdigest()
 
 
+@settings(max_examples=300)
+@given(sid=st.text(min_size=1, max_size=300), v=st.integers(1, 2**31 - 1),
+       t=st.integers(-(2**62), 2**62))
+def test_ids_occurrence_id_of_matches_the_documented_encoding(sid: str, v: int, t: int) -> None:
+    """Oracle: the docstring's formula, written out here (any id length: multibyte, long)."""
+    from hashlib import blake2b
+
+    from scheduler.domain.ids import occurrence_id_of
+
+    raw = sid.encode("utf-8")
+    data = (len(raw).to_bytes(4, "big") + raw + v.to_bytes(8, "big", signed=True)
+            + t.to_bytes(8, "big", signed=True))
+    expected = blake2b(data, digest_size=16, person=b"ksched.occ.v1").hexdigest()
+    assert occurrence_id_of(sid, v, t) == occurrence_id(sid, v, t) == expected
+
+
 def test_ids_occurrence_id_distinguishes_inputs() -> None:
     ids = {occurrence_id(s, v, t) for s in ("a", "b", "ab") for v in (1, 2) for t in (0, 60)}
     assert len(ids) == 12

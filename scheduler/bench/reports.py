@@ -6,10 +6,15 @@ with the worker's own encoder (:class:`~scheduler.worker.reports.Reporter`): one
 report carrying its start time, as fast handlers send (``--started``: a STARTED report then the
 final one, as pool handlers send). The reports then go through the processor's real intake,
 the runtime's :meth:`scheduler.processor.inbox.Inbox.take_all` (scan → fence → apply →
-occurrence-event encode → produce into a producer that counts). Figures are the main thread's
-CPU µs per report, so they hold on a loaded machine. A second shard, fed the same reports, runs
-the intake's stages one at a time over the whole batch (scan all, apply all, write all) to split
-that figure by stage without a clock call per record. Exits 1 unless every report was applied once.
+occurrence-event encode → produce into a producer that counts), a poll's records at a time
+(``runtime.POLL_BATCH``, as the runtime calls it). Figures are the main thread's CPU µs per
+report, so they hold on a loaded machine, and ``cpu_us_per_report`` is the median of
+``--rounds`` runs (each on a fresh shard; all of them in ``cpu_us_per_report_rounds``), next to
+the machine's speed probe before and after (:func:`scheduler.bench.common.speed_probe_us`),
+because a shared host's speed swings by more than a change is worth. A further shard, fed the
+same reports, runs the intake's stages one at a time over each poll's records (scan them, apply
+them, write them) to split that figure by stage without a clock call per record. Exits 1 unless
+every report was applied once in every run.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import secrets
+import statistics
 import time
 from typing import Any
 
@@ -50,6 +56,8 @@ def register(sub: Any) -> None:
     p.add_argument("--reports", type=int, default=200_000, help="final reports (one per occurrence)")
     p.add_argument("--started", action="store_true",
                    help="send a STARTED report before each final one (pool handlers); default: final only")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="runs of the whole intake, each on a fresh shard; the figure is their median")
     p.add_argument("--json", dest="json_file", default="bench-out/reports.json")
     p.set_defaults(handler=_run)
 
@@ -99,13 +107,14 @@ def _reports(dispatched: list[bytes], started: bool) -> list[bytes]:
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import Message, TopicPartition
 
-    from scheduler.bench.common import report
+    from scheduler.bench.common import report, speed_probe_us
     from scheduler.processor.checkpoint import Checkpoints
     from scheduler.processor.heap import Heap
     from scheduler.processor.inbox import Inbox
     from scheduler.processor.lifecycle import apply
     from scheduler.processor.metrics import ProcessorMetrics
     from scheduler.processor.ownership import OwnedShard
+    from scheduler.processor.runtime import POLL_BATCH
     from scheduler.records.report_scan import scan
     from scheduler.settings import load_settings
     from scheduler.topology import topic_name
@@ -116,11 +125,16 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings(env={})
     checkpoints = Checkpoints(settings, 1)
     topic = topic_name(settings, "commands", _TENANT)
+    probe_before = speed_probe_us()
     runs: list[dict[str, Any]] = []
-    for _ in range(2):  # run 0: Inbox.take_all as the runtime calls it; run 1: the same stages over the batch
+    # runs 0..rounds-1: Inbox.take_all as the runtime calls it; the last: its stages timed apart
+    for r in range(args.rounds + 1):
         shard, dispatched = _fired_shard(n, due)
         raws = _reports(dispatched, args.started)
         msgs = [Message(topic=topic, partition=0, offset=off, value=raw) for off, raw in enumerate(raws)]
+        # as the runtime takes them: at most POLL_BATCH records a poll, one take_all each
+        polls = [msgs[i:i + POLL_BATCH] for i in range(0, len(msgs), POLL_BATCH)]
+        raw_polls = [raws[i:i + POLL_BATCH] for i in range(0, len(raws), POLL_BATCH)]
         producer = _CountingProducer()
         owned = OwnedShard(shard=shard, producer=producer,  # type: ignore[arg-type]
                            partition=TopicPartition(topic, 0))
@@ -132,49 +146,61 @@ def _run(args: argparse.Namespace) -> int:
         gc.freeze()
         run: dict[str, Any] = {"producer": producer, "metrics": metrics, "cp": cp}
         with Heap.quiet():
-            if not runs:
+            if r < args.rounds:
                 t0 = time.thread_time()
-                bugs = int(inbox.take_all(shard, cp, msgs, now))
+                bugs = sum(inbox.take_all(shard, cp, b, now) for b in polls)
                 run["total_s"] = time.thread_time() - t0
                 run["bugs"] = bugs
-            else:  # the stages Inbox.take_all chains, each over the whole batch
-                t0 = time.thread_time()
-                scanned = [scan(raw) for raw in raws]
-                t1 = time.thread_time()
-                events: list[Any] = []
-                dead: list[Any] = []
-                why = [apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9], r[10],
-                             now, events, dead) for r in scanned if r is not None]
-                t2 = time.thread_time()
-                cp.lifecycle(events, dead, now)
-                t3 = time.thread_time()
-                run.update(scan_s=t1 - t0, apply_s=t2 - t1, write_s=t3 - t2,
-                           bugs=sum(r is None for r in scanned) + sum(r is not None for r in why))
+            else:  # the stages Inbox.take_all chains, each over a poll's records, timed apart
+                stages = dict.fromkeys(_STAGES, 0.0)
+                bugs = 0
+                for b in raw_polls:
+                    t0 = time.thread_time()
+                    scanned = [scan(raw) for raw in b]
+                    t1 = time.thread_time()
+                    events: list[Any] = []
+                    dead: list[Any] = []
+                    why = [apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9],
+                                 r[10], now, events, dead) for r in scanned if r is not None]
+                    t2 = time.thread_time()
+                    cp.lifecycle(events, dead, now)
+                    t3 = time.thread_time()
+                    for k, dt in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                        stages[k] += dt
+                    bugs += sum(r is None for r in scanned) + sum(r is not None for r in why)
+                run.update(stages, bugs=bugs)
         gc.unfreeze()
         runs.append(run)
-    whole, staged = runs
-    sent = len(whole["cp"].records)
+    *wholes, staged = runs
+    sent = len(wholes[0]["cp"].records)
     events_topic = checkpoints.topics.of("occurrence-events", _TENANT)
-    ignored = _total(whole["metrics"], "ksched_attempt_reports_ignored_total")
-    applied = _total(whole["metrics"], "ksched_attempt_reports_total") - ignored
-    done = whole["cp"].events.get((_TENANT, "SUCCEEDED"), 0)
+    ignored = [_total(w["metrics"], "ksched_attempt_reports_ignored_total") for w in wholes]
+    applied = [_total(w["metrics"], "ksched_attempt_reports_total") - i
+               for w, i in zip(wholes, ignored, strict=True)]
+    done = [w["cp"].events.get((_TENANT, "SUCCEEDED"), 0) for w in wholes]
+    per_report = [1e6 * w["total_s"] / max(1, sent) for w in wholes]
+    median = statistics.median(per_report)
     fig = {
         "reports": sent,
         "occurrences": n,
         "started": bool(args.started),
-        "applied": applied,
-        "ignored": ignored,
-        "succeeded_events": done,
-        "events_produced": whole["producer"].counts.get(events_topic, 0),
-        "cpu_us_per_report": 1e6 * whole["total_s"] / max(1, sent),
+        "applied": min(applied),
+        "ignored": max(ignored),
+        "succeeded_events": min(done),
+        "events_produced": min(w["producer"].counts.get(events_topic, 0) for w in wholes),
+        "cpu_us_per_report": median,
+        "cpu_us_per_report_rounds": [round(x, 3) for x in per_report],
         "scan_cpu_us_per_report": 1e6 * staged["scan_s"] / max(1, sent),
         "apply_cpu_us_per_report": 1e6 * staged["apply_s"] / max(1, sent),
         "event_write_cpu_us_per_report": 1e6 * staged["write_s"] / max(1, sent),
         "staged_cpu_us_per_report": 1e6 * sum(staged[k] for k in _STAGES) / max(1, sent),
-        "reports_per_cpu_s": sent / max(1e-9, whole["total_s"]),
+        "reports_per_cpu_s": 1e6 / max(1e-9, median),
+        "speed_probe_us_before": probe_before,
+        "speed_probe_us_after": speed_probe_us(),
     }
     report(fig, args.json_file)
-    once = applied == sent and ignored == 0 and done == n and whole["bugs"] == 0 and staged["bugs"] == 0
+    once = (min(applied) == max(applied) == sent and max(ignored) == 0 and min(done) == n
+            and all(w["bugs"] == 0 for w in wholes) and staged["bugs"] == 0)
     return 0 if once else 1
 
 

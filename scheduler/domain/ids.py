@@ -40,8 +40,9 @@ _SID = b"ksched.sid.v1"
 _JIT = b"ksched.jit.v1"
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
-_VERSION_AT = struct.Struct(">qq")  # the same bytes as two _I64 packs
 _OCC_HASH = blake2b(digest_size=16, person=_OCC)
+# occurrence_id's data for a schedule id of n UTF-8 bytes: the bytes of _lp(schedule_id) and two _I64 packs
+_OCC_DATA: dict[int, struct.Struct] = {}
 
 
 def _lp(text: str) -> bytes:
@@ -76,8 +77,12 @@ def occurrence_id_of(schedule_id: str, version: int, scheduled_for: int) -> str:
     """:func:`occurrence_id` of arguments already of their types (a decoded report's: str, int,
     epoch seconds): the processor checks it on every report, where the checks cost a fifth of it."""
     raw = schedule_id.encode("utf-8")
+    n = len(raw)
+    packer = _OCC_DATA.get(n)
+    if packer is None:  # one per length met: ids are of a few lengths (at most 1,024 bytes)
+        packer = _OCC_DATA[n] = struct.Struct(f">I{n}sqq")
     h = _OCC_HASH.copy()  # a copy of the keyed state costs less than parsing blake2b's parameters
-    h.update(_U32.pack(len(raw)) + raw + _VERSION_AT.pack(version, scheduled_for))
+    h.update(packer.pack(n, raw, version, scheduled_for))  # the data in one pack, not three joined
     return h.hexdigest()
 
 
