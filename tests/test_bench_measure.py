@@ -7,6 +7,7 @@ import secrets
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import NewTopic
 
 from scheduler.bench.common import cpu_seconds, per_unit, speed_probe_us, topic_bytes
@@ -84,11 +85,16 @@ def test_bench_fire_fires_every_schedule_once_and_reports_its_figures(tmp_path: 
     assert isinstance(figures["rss_bytes_per_schedule"], float)
 
 
-def test_bench_reports_applies_every_report_once_and_splits_its_cpu(tmp_path: Path) -> None:
+def test_bench_reports_applies_every_report_once_and_splits_its_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import argparse
     import json
 
     from scheduler.bench import reports
+    from scheduler.processor import runtime
+
+    monkeypatch.setattr(runtime, "POLL_BATCH", 300)  # several polls a run, the last one short
 
     for started, sent in ((False, 2000), (True, 4000)):
         out = tmp_path / f"reports-{started}.json"

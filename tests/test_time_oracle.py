@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.domain.compiled import compile_timing
+from scheduler.domain.compiled import CompiledSpec, compile_timing
 
 SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -185,11 +185,49 @@ def _check(f: Fields, zone: str, t: int, nonexistent: str, repeated: str) -> Non
         assert nxt == expected[0]
     else:
         assert nxt is None or nxt > t + HORIZON
-    # is_fire_time remembers the last instant it confirmed: asked twice, and between fire times
-    # and the seconds around them, it still answers as the oracle does
-    fires = set(expected)
-    for s in (x for e in expected[:40] for x in (e, e, e - 60, e + 1, e) if t < x <= t + HORIZON):
-        assert c.is_fire_time(s) == (s in fires), (f.text(), zone, s)
+    assert_fire_times_as(c, expected, expected, t, t + HORIZON)
+
+
+def assert_fire_times_as(c: CompiledSpec, fires: list[int], near: list[int], t1: int, t2: int) -> None:
+    """``c.is_fire_time`` (which remembers the last instant it confirmed) answers as ``fires``
+    (every fire instant in ``(t1, t2]``) says, for each instant of ``near`` and the seconds
+    around it, each asked twice in a row and in turns."""
+    fire = set(fires)
+    asked = (e + d for e in near[:40] for d in (0, 0, -60, -60, 1, 1, 0, -1))
+    for s in (x for x in asked if t1 < x <= t2):
+        assert c.is_fire_time(s) == (s in fire), (c, s)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    w=window(),
+    expr=st.sampled_from(["*/15 * * * *", "0 * * * *", "30 2 * * *"]),
+    start=st.integers(0, 30 * 3600),
+    length=st.integers(0, 30 * 3600),
+    max_runs=st.one_of(st.none(), st.integers(1, 5)),
+)
+def test_time_is_fire_time_within_bounds_and_runs(
+    w: tuple[str, int], expr: str, start: int, length: int, max_runs: int | None
+) -> None:
+    """Start and end bounds and a run limit: only the runs they keep are fire times. Oracle: the
+    unbounded spec's fire times (checked above against the local walk), cut by the bounds here."""
+    zone, t = w
+    lo = t + 1 + start  # after t: the oracle's fire times are those after t
+    hi = lo + length
+    free = compile_timing(kind="cron", cron=expr, timezone=zone).between_epoch(t, t + HORIZON)
+    kept = [f for f in free if lo <= f <= hi][:max_runs]
+    c = compile_timing(kind="cron", cron=expr, timezone=zone, start=dt.datetime.fromtimestamp(lo, UTC),
+                       end=dt.datetime.fromtimestamp(hi, UTC), max_runs=max_runs)
+    assert_fire_times_as(c, kept, free, t, t + HORIZON)  # the runs cut off are asked too
+    for f in free:
+        assert c.is_fire_time(f) == (f in kept), (expr, zone, lo, hi, max_runs, f)
+
+
+def test_time_is_fire_time_of_a_one_time_spec() -> None:
+    at = int(dt.datetime(2026, 6, 1, 12, tzinfo=ZoneInfo("Europe/Paris")).timestamp())
+    c = compile_timing(kind="once", at="2026-06-01T12:00:00", timezone="Europe/Paris")
+    for s, fire in ((at, True), (at, True), (at + 1, False), (at + 1, False), (at - 1, False), (at, True)):
+        assert c.is_fire_time(s) is fire
 
 
 @SETTINGS

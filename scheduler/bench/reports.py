@@ -7,11 +7,14 @@ report carrying its start time, as fast handlers send (``--started``: a STARTED 
 final one, as pool handlers send). The reports then go through the processor's real intake,
 the runtime's :meth:`scheduler.processor.inbox.Inbox.take_all` (scan → fence → apply →
 occurrence-event encode → produce into a producer that counts), a poll's records at a time
-(``runtime.POLL_BATCH``, as the runtime calls it). Figures are the main thread's CPU µs per
-report, so they hold on a loaded machine, and ``cpu_us_per_report`` is the median of
-``--rounds`` runs (each on a fresh shard; all of them in ``cpu_us_per_report_rounds``), next to
-the machine's speed probe before and after (:func:`scheduler.bench.common.speed_probe_us`),
-because a shared host's speed swings by more than a change is worth. A further shard, fed the
+(``runtime.POLL_BATCH``) with the cyclic GC off during each, as the runtime calls it for a
+process that owns one shard (with P shards, a poll's records are divided among them: calls
+P times smaller, the same work per record but for the per-call costs). Figures are the main
+thread's CPU µs per report, so they hold on a loaded machine; ``cpu_us_per_report`` is the
+median of ``--rounds`` runs (each on a fresh shard; all of them in
+``cpu_us_per_report_rounds``), next to the machine's speed probe before and after
+(:func:`scheduler.bench.common.speed_probe_us`): a shared host's speed swings by more than a
+change is worth. A further shard, fed the
 same reports, runs the intake's stages one at a time over each poll's records (scan them, apply
 them, write them) to split that figure by stage without a clock call per record. Exits 1 unless
 every report was applied once in every run.
@@ -56,10 +59,16 @@ def register(sub: Any) -> None:
     p.add_argument("--reports", type=int, default=200_000, help="final reports (one per occurrence)")
     p.add_argument("--started", action="store_true",
                    help="send a STARTED report before each final one (pool handlers); default: final only")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=_rounds, default=3,
                    help="runs of the whole intake, each on a fresh shard; the figure is their median")
     p.add_argument("--json", dest="json_file", default="bench-out/reports.json")
     p.set_defaults(handler=_run)
+
+
+def _rounds(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rounds: give 1 or more, e.g. 3")
+    return int(text)
 
 
 def _fired_shard(n: int, due: int) -> tuple[Any, list[bytes]]:
@@ -145,18 +154,22 @@ def _run(args: argparse.Namespace) -> int:
         _trim()
         gc.freeze()
         run: dict[str, Any] = {"producer": producer, "metrics": metrics, "cp": cp}
-        with Heap.quiet():
-            if r < args.rounds:
-                t0 = time.thread_time()
-                bugs = sum(inbox.take_all(shard, cp, b, now) for b in polls)
-                run["total_s"] = time.thread_time() - t0
-                run["bugs"] = bugs
-            else:  # the stages Inbox.take_all chains, each over a poll's records, timed apart
-                stages = dict.fromkeys(_STAGES, 0.0)
-                bugs = 0
-                for b in raw_polls:
+        # The cyclic GC is off during a poll's ticks and on between polls, as in the runtime.
+        if r < args.rounds:
+            bugs = 0
+            t0 = time.thread_time()
+            for b in polls:
+                with Heap.quiet():
+                    bugs += inbox.take_all(shard, cp, b, now)
+            run["total_s"] = time.thread_time() - t0
+            run["bugs"] = bugs
+        else:  # the stages Inbox.take_all chains, each over a poll's records, timed apart
+            stages = dict.fromkeys(_STAGES, 0.0)
+            bugs = 0
+            for raw_poll in raw_polls:
+                with Heap.quiet():
                     t0 = time.thread_time()
-                    scanned = [scan(raw) for raw in b]
+                    scanned = [scan(raw) for raw in raw_poll]
                     t1 = time.thread_time()
                     events: list[Any] = []
                     dead: list[Any] = []
@@ -165,10 +178,10 @@ def _run(args: argparse.Namespace) -> int:
                     t2 = time.thread_time()
                     cp.lifecycle(events, dead, now)
                     t3 = time.thread_time()
-                    for k, dt in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2), strict=True):
-                        stages[k] += dt
-                    bugs += sum(r is None for r in scanned) + sum(r is not None for r in why)
-                run.update(stages, bugs=bugs)
+                for k, dt in zip(_STAGES, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                    stages[k] += dt
+                bugs += sum(r is None for r in scanned) + sum(r is not None for r in why)
+            run.update(stages, bugs=bugs)
         gc.unfreeze()
         runs.append(run)
     *wholes, staged = runs

@@ -72,7 +72,8 @@ class Timing(Protocol):
 
 
 class CompiledSpec:
-    """The timing of one schedule spec: pure and immutable.
+    """The timing of one schedule spec: pure, and immutable but for two memos of its own
+    answers (``_last``, ``_fire``), which any thread may fill: each only ever holds a true answer.
 
     Instances are interned by :func:`compile_spec`: specs with identical timing
     fields share one object, and specs sharing (expression, zone, DST options)

@@ -43,6 +43,7 @@ _U32 = struct.Struct(">I")
 _OCC_HASH = blake2b(digest_size=16, person=_OCC)
 # occurrence_id's data for a schedule id of n UTF-8 bytes: the bytes of _lp(schedule_id) and two _I64 packs
 _OCC_DATA: dict[int, struct.Struct] = {}
+_OCC_DATA_MAX_BYTES = 1024  # 256 characters of up to 4 UTF-8 bytes each (inbox.MAX_ID_CHARS)
 
 
 def _lp(text: str) -> bytes:
@@ -79,8 +80,10 @@ def occurrence_id_of(schedule_id: str, version: int, scheduled_for: int) -> str:
     raw = schedule_id.encode("utf-8")
     n = len(raw)
     packer = _OCC_DATA.get(n)
-    if packer is None:  # one per length met: ids are of a few lengths (at most 1,024 bytes)
-        packer = _OCC_DATA[n] = struct.Struct(f">I{n}sqq")
+    if packer is None:  # one per length met: ids come in a few lengths
+        packer = struct.Struct(f">I{n}sqq")
+        if n <= _OCC_DATA_MAX_BYTES:  # the processor's ids (256 characters at most); not others
+            _OCC_DATA[n] = packer
     h = _OCC_HASH.copy()  # a copy of the keyed state costs less than parsing blake2b's parameters
     h.update(packer.pack(n, raw, version, scheduled_for))  # the data in one pack, not three joined
     return h.hexdigest()
