@@ -64,12 +64,19 @@ def _mutated(value: bytes, data: st.DataObject) -> bytes:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rec=record_strategy(Schedule), data=st.data())
-def test_compiled_scan_equals_its_source_on_any_bytes(rec: Schedule, data: st.DataObject) -> None:
+def test_compiled_scan_and_writer_equal_their_source(rec: Schedule, data: st.DataObject) -> None:
     pure, compiled = importlib.import_module(FAST), native.load(FAST)
     value = encode(rec)
     assert _outcome(compiled.scan_body, value) == _outcome(pure.scan_body, value)
     value = _mutated(value, data)
     assert _outcome(compiled.scan_body, value) == _outcome(pure.scan_body, value)
+    # and the writer of the same record (its spec as the scan's key)
+    scanned = pure.scan_body(encode(rec), ss._STATES, set(), [], ss._key_end)
+    fields = (b"H", *scanned[:3], ss._STATES.index(scanned[3]), *scanned[4:])
+    assert compiled.schedule_record(*fields) == pure.schedule_record(*fields) == b"H" + encode(rec)[10:]
+    version = (b"V", rec.schedule_id, rec.tenant, rec.version, 1, rec.updated_at_ms, rec.paused_at_ms,
+               rec.resumed_at_ms)
+    assert compiled.version_record(*version) == pure.version_record(*version)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

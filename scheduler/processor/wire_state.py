@@ -28,11 +28,11 @@ from scheduler.records import (
     ScheduleRuntime,
     ScheduleSpecRecord,
     ShardState,
-    VersionRecord,
     decode,
     decode_fields,
     encode,
     record_type,
+    schedule_write,
 )
 from scheduler.records.avro_fast import Scanned
 from scheduler.records.schedule_scan import ScannedSchedule, scan_fields, spec_of_key
@@ -160,6 +160,25 @@ def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now:
     )
 
 
+_SPEC_KEYS: dict[int, tuple[SpecParts, bytes]] = {}  # id(parts) -> (parts, its spec key)
+_SPEC_KEYS_LIMIT = 100_000  # distinct specs remembered; past it the table starts over (a cache)
+
+
+def _spec_key(parts: SpecParts) -> bytes:
+    """The encoded spec (all but the payload) of the schedules sharing ``parts``: encoded once
+    per distinct spec, not once per record. Kept by the parts' identity (parts are interned, and
+    the table holds them, so an id is never reused while it is in the table): a hash of their
+    fields costs more than encoding the few ids a burst writes."""
+    got = _SPEC_KEYS.get(id(parts))
+    if got is not None and got[0] is parts:
+        return got[1]
+    key = schedule_write.spec_key(ScheduleSpecRecord.from_domain(parts.base, b""))
+    if len(_SPEC_KEYS) >= _SPEC_KEYS_LIMIT:
+        _SPEC_KEYS.clear()
+    _SPEC_KEYS[id(parts)] = (parts, key)
+    return key
+
+
 def decode_schedule_entry(value: bytes) -> Entry:
     """An entry from its ``ksched.schedules`` record (the hot path of restore: no dataclasses;
     a record of the current schema is scanned by hand, its spec compiled once per distinct
@@ -222,27 +241,17 @@ def encode_schedule_change(
     bound of which occurrences a change cut off or let in.
     """
     now_ms = now * 1000
-    # entry.spec()'s record without building that spec; its payload check kept (a stored payload
-    # over the limit raises here as it did there)
-    spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, check_payload(entry.payload))
-    sched = encode(
-        Schedule(
-            tenant=entry.tenant,
-            schedule_id=entry.schedule_id,
-            version=entry.version,
-            state=lit(entry.state),
-            spec=spec_rec,
-            created_at_ms=entry.created_at_ms,  # type: ignore[arg-type]
-            updated_at_ms=now_ms,
-            effective_from_ms=entry.effective_from * 1000,
-            idempotency_key=entry.idempotency_key,
-            paused_at_ms=entry.paused_at_ms,
-            resumed_at_ms=entry.resumed_at_ms,
-            last_request_id=entry.last_request_id,
-        )
+    payload = check_payload(entry.payload)  # a stored payload over the limit raises, as a spec would
+    sched = schedule_write.schedule(
+        entry.tenant, entry.schedule_id, entry.version, entry.state, _spec_key(entry.parts), payload,
+        entry.created_at_ms, now_ms, entry.effective_from * 1000, entry.idempotency_key,
+        entry.paused_at_ms, entry.resumed_at_ms, entry.last_request_id,
     )
     hist = None
     if kind in _COMMAND_KINDS:  # a completion (the shard's own change) is no command: no history
+        spec_rec = None
+        if kind in (CommandKind.CREATE, CommandKind.UPDATE):  # entry.spec()'s record, not that spec
+            spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, payload)
         hist = encode(
             ScheduleHistoryEntry(
                 schedule_id=entry.schedule_id,
@@ -250,23 +259,16 @@ def encode_schedule_change(
                 version=entry.version,
                 command=kind,  # type: ignore[arg-type]
                 request_id=request_id,
-                spec=spec_rec if kind in (CommandKind.CREATE, CommandKind.UPDATE) else None,
+                spec=spec_rec,
                 state=lit(entry.state),  # type: ignore[arg-type]
                 applied_at_ms=now_ms,
                 effective_from_ms=entry.effective_from * 1000,
                 cursors=() if shard is None else tenant_cursors(shard, entry.tenant),
             )
         )
-    version = encode(
-        VersionRecord(
-            schedule_id=entry.schedule_id,
-            tenant=entry.tenant,
-            version=entry.version,
-            state=lit(entry.state),
-            updated_at_ms=now_ms,
-            # the last pause: workers refuse an occurrence that was pending through it
-            paused_at_ms=entry.paused_at_ms,
-            resumed_at_ms=entry.resumed_at_ms,
-        )
-    )  # type: ignore[arg-type]
+    version = schedule_write.version(
+        entry.schedule_id, entry.tenant, entry.version, entry.state, now_ms,
+        # the last pause: workers refuse an occurrence that was pending through it
+        entry.paused_at_ms, entry.resumed_at_ms,
+    )
     return sched, hist, version

@@ -51,6 +51,16 @@ def avro_string(s: str) -> bytes:
     return avro_long(len(raw)) + raw
 
 
+def _w_opt_long(n: int | None) -> bytes:
+    """A ``["null", "long"]`` union."""
+    return b"\x00" if n is None else b"\x02" + avro_long(n)
+
+
+def _w_opt_string(s: str | None) -> bytes:
+    """A ``["null", "string"]`` union."""
+    return b"\x00" if s is None else b"\x02" + avro_string(s)
+
+
 # What scan_body reads: the Schedule schema's fields in order, the spec as its encoded key
 # without the payload: (tenant, schedule_id, version, state, spec_key, payload, created_at_ms, updated_at_ms,
 #  effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id)
@@ -206,6 +216,50 @@ def scan_body(
     )
 
 
+def schedule_record(
+    header: bytes, tenant: str, schedule_id: str, version: int, state_index: int, spec_key: bytes,
+    payload: bytes, created_at_ms: int, updated_at_ms: int, effective_from_ms: int,
+    idempotency_key: str | None, paused_at_ms: int | None, resumed_at_ms: int | None,
+    last_request_id: str | None,
+) -> bytes:
+    """A ``Schedule`` record, what :func:`scan_body` reads (its fields in the same order, the spec
+    as ``spec_key``: every spec field but the payload, encoded, then the payload)."""
+    return b"".join((
+        header,
+        avro_string(tenant),
+        avro_string(schedule_id),
+        avro_long(version),
+        avro_long(state_index),
+        spec_key,
+        avro_long(len(payload)),
+        payload,
+        avro_long(created_at_ms),
+        avro_long(updated_at_ms),
+        avro_long(effective_from_ms),
+        _w_opt_string(idempotency_key),
+        _w_opt_long(paused_at_ms),
+        _w_opt_long(resumed_at_ms),
+        _w_opt_string(last_request_id),
+    ))
+
+
+def version_record(
+    header: bytes, schedule_id: str, tenant: str, version: int, state_index: int, updated_at_ms: int,
+    paused_at_ms: int | None, resumed_at_ms: int | None,
+) -> bytes:
+    """A ``VersionRecord`` (``state_index``: the state's position among the enum's symbols)."""
+    return b"".join((
+        header,
+        avro_string(schedule_id),
+        avro_string(tenant),
+        avro_long(version),
+        avro_long(state_index),
+        avro_long(updated_at_ms),
+        _w_opt_long(paused_at_ms),
+        _w_opt_long(resumed_at_ms),
+    ))
+
+
 OccurrenceBody = tuple[str, str, str, int, int, int, int, int, int, str, bytes, "int | None", int]
 """An ``Occurrence``'s fields in schema order (``lane`` its symbol's index), then the offset where
 ``scheduled_for_ms`` ends."""
@@ -295,8 +349,8 @@ def event_value(
         avro_long(version),
         avro_long(scheduled_for_ms),
         avro_long(state_index),
-        b"\x00" if attempt is None else b"\x02" + avro_long(attempt),
-        b"\x00" if reason is None else b"\x02" + avro_string(reason),
+        _w_opt_long(attempt),
+        _w_opt_string(reason),
         avro_long(at_ms),
     ))
 
@@ -351,5 +405,5 @@ def occurrence_record(
         avro_string(handler),
         avro_long(len(payload)),
         payload,
-        b"\x00" if deadline_ms is None else b"\x02" + avro_long(deadline_ms),
+        _w_opt_long(deadline_ms),
     ))

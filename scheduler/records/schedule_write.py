@@ -1,0 +1,85 @@
+"""The ``Schedule`` and ``VersionRecord`` records' fast write path: one of each per accepted
+change and per completed schedule (a burst of one-time schedules completes them all at once).
+
+Through the record dataclasses and the generated writer, a schedule record costs a
+``ScheduleSpecRecord`` built from the shared spec and two dataclass constructions. Here the spec
+is written as the key :mod:`scheduler.records.schedule_scan` reads back: every spec field but
+the payload, encoded once per distinct spec by the general codec (:func:`spec_key`), then joined
+with the record's own fields by the compiled :func:`scheduler.records.avro_fast.schedule_record`.
+The bytes are those :func:`scheduler.records.encode` writes (tests pin this). The field orders are
+checked against the current schemas at import, like :mod:`scheduler.records.report_scan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.native import load
+from scheduler.records.codec import current_schema, encode
+from scheduler.records.schedule_scan import scan
+from scheduler.records.types import Schedule, ScheduleSpecRecord, VersionRecord
+
+_SCHEDULE_FIELDS = (
+    "tenant", "schedule_id", "version", "state", "spec", "created_at_ms", "updated_at_ms",
+    "effective_from_ms", "idempotency_key", "paused_at_ms", "resumed_at_ms", "last_request_id",
+)
+_VERSION_FIELDS = (
+    "schedule_id", "tenant", "version", "state", "updated_at_ms", "paused_at_ms", "resumed_at_ms",
+)
+
+
+def _fields(cls: type[Any], expected: tuple[str, ...]) -> list[Any]:
+    fields: list[Any] = current_schema(cls).expanded["fields"]
+    if tuple(f["name"] for f in fields) != expected:  # pragma: no cover - guards a schema edit
+        names = [f["name"] for f in fields]
+        raise RuntimeError(f"{cls.__name__} fields changed to {names}: update {__name__}")
+    return fields
+
+
+STATE_INDEX = {s: i for i, s in enumerate(_fields(Schedule, _SCHEDULE_FIELDS)[3]["type"]["symbols"])}
+if _fields(VersionRecord, _VERSION_FIELDS)[3]["type"]["symbols"] != list(STATE_INDEX):  # pragma: no cover
+    raise RuntimeError(f"VersionRecord's states differ from Schedule's: update {__name__}")
+_SCHEDULE_HEADER = current_schema(Schedule).header
+_VERSION_HEADER = current_schema(VersionRecord).header
+_fast = load("scheduler.records.avro_fast")  # compiled when built
+_schedule_record: Callable[..., bytes] = _fast.schedule_record
+_version_record: Callable[..., bytes] = _fast.version_record
+
+
+def spec_key(spec: ScheduleSpecRecord) -> bytes:
+    """``spec``'s fields but its payload, encoded: the key :func:`schedule_scan.scan` returns for a
+    schedule record of this spec, whatever its payload. Written by the general codec (once per
+    distinct spec: the caller keeps it)."""
+    value = encode(Schedule(
+        tenant="k", schedule_id="k", version=1, state="ACTIVE", spec=spec, created_at_ms=0,
+        updated_at_ms=0, effective_from_ms=0, idempotency_key=None, paused_at_ms=None,
+        resumed_at_ms=None, last_request_id=None,
+    ))
+    scanned = scan(value)
+    assert scanned is not None, "a record of the current schema always scans"
+    return scanned.spec_key
+
+
+def schedule(
+    tenant: str, schedule_id: str, version: int, state: str, key: bytes, payload: bytes,
+    created_at_ms: int, updated_at_ms: int, effective_from_ms: int, idempotency_key: str | None,
+    paused_at_ms: int | None, resumed_at_ms: int | None, last_request_id: str | None,
+) -> bytes:
+    """The ``Schedule`` record of these fields, its spec given as its :func:`spec_key` ``key`` and
+    ``payload``; ``state`` a symbol of ``ScheduleState`` (KeyError otherwise)."""
+    return _schedule_record(
+        _SCHEDULE_HEADER, tenant, schedule_id, version, STATE_INDEX[state], key, payload, created_at_ms,
+        updated_at_ms, effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id,
+    )
+
+
+def version(
+    schedule_id: str, tenant: str, version: int, state: str, updated_at_ms: int, paused_at_ms: int | None,
+    resumed_at_ms: int | None,
+) -> bytes:
+    """The ``VersionRecord`` of these fields; ``state`` a symbol of ``ScheduleState``."""
+    return _version_record(
+        _VERSION_HEADER, schedule_id, tenant, version, STATE_INDEX[state], updated_at_ms, paused_at_ms,
+        resumed_at_ms,
+    )
