@@ -34,3 +34,14 @@ def test_a_version_record_is_the_codecs(rec: VersionRecord) -> None:
     got = sw.version(rec.schedule_id, rec.tenant, rec.version, rec.state, rec.updated_at_ms,
                      rec.paused_at_ms, rec.resumed_at_ms)
     assert got == encode(rec)
+
+
+def test_a_hand_codec_fails_at_import_when_its_schema_changed() -> None:
+    import pytest
+
+    from scheduler.records.codec import checked_fields
+    from scheduler.records.schedule_scan import SCHEDULE_FIELDS
+
+    assert [f["name"] for f in checked_fields(Schedule, SCHEDULE_FIELDS, "m")] == list(SCHEDULE_FIELDS)
+    with pytest.raises(RuntimeError, match=r"Schedule fields changed to \['tenant'.*: update my\.module"):
+        checked_fields(Schedule, SCHEDULE_FIELDS[:-1], "my.module")

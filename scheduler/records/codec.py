@@ -351,3 +351,15 @@ decode_fields = _DEFAULT.decode_fields
 record_type = _DEFAULT.record_type
 schema_header = _DEFAULT.schema_header
 current_schema = _DEFAULT.current_schema
+
+
+def checked_fields(cls: type[Record], expected: tuple[str, ...], owner: str) -> list[Any]:
+    """The current schema's fields of ``cls`` (expanded: named types inline), after checking their
+    names are ``expected``, the order module ``owner`` reads or writes by hand. Raises
+    RuntimeError naming ``owner`` otherwise: a schema edit that forgot a hand-written codec
+    fails at import, not as wrong bytes."""
+    fields_: list[Any] = current_schema(cls).expanded["fields"]
+    names = tuple(f["name"] for f in fields_)
+    if names != expected:  # pragma: no cover - guards a schema edit
+        raise RuntimeError(f"{cls.__name__} fields changed to {list(names)}: update {owner}")
+    return fields_

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scheduler.native import load
-from scheduler.records.codec import current_schema
+from scheduler.records.codec import checked_fields, current_schema
 from scheduler.records.types import Occurrence
 
 _fast = load("scheduler.records.avro_fast")  # compiled when built
@@ -56,12 +56,8 @@ _FIELDS = (
     "deadline_ms",
 )
 _SCHEMA = current_schema(Occurrence)
-_actual = tuple(f["name"] for f in _SCHEMA.expanded["fields"])
-if _actual != _FIELDS:  # pragma: no cover - guards a schema edit that forgot this module
-    raise RuntimeError(f"Occurrence fields changed to {_actual}: update scheduler/records/dispatch.py")
-_LANES: tuple[str, ...] = tuple(
-    next(f["type"]["symbols"] for f in _SCHEMA.expanded["fields"] if f["name"] == "lane")
-)
+_OCCURRENCE = checked_fields(Occurrence, _FIELDS, __name__)
+_LANES: tuple[str, ...] = tuple(_OCCURRENCE[_FIELDS.index("lane")]["type"]["symbols"])
 _LANE_INDEX = {lane: i for i, lane in enumerate(_LANES)}
 
 __all__ = ["avro_bytes", "avro_long", "dispatch_ids", "dispatch_record", "dispatch_run", "lane_index"]

@@ -11,7 +11,7 @@ current schema at import, like :mod:`scheduler.records.dispatch`.
 
 from __future__ import annotations
 
-from scheduler.records.codec import current_schema
+from scheduler.records.codec import checked_fields, current_schema
 from scheduler.records.dispatch import avro_bytes, avro_long
 from scheduler.records.types import AttemptReport
 
@@ -20,10 +20,7 @@ _FIELDS = (
     "occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "attempt", "token", "kind",
     "retryable", "error_class", "error_message", "worker_id", "reported_at_ms", "started_at_ms",
 )
-_actual = tuple(f["name"] for f in _SCHEMA.expanded["fields"])
-if _actual != _FIELDS:  # pragma: no cover - guards a schema edit that forgot this module
-    raise RuntimeError(f"AttemptReport fields changed to {_actual}: update {__name__}")
-_KIND_SYMBOLS = next(f["type"]["symbols"] for f in _SCHEMA.expanded["fields"] if f["name"] == "kind")
+_KIND_SYMBOLS = checked_fields(AttemptReport, _FIELDS, __name__)[_FIELDS.index("kind")]["type"]["symbols"]
 _KINDS: dict[str, bytes] = {str(sym): avro_long(i) for i, sym in enumerate(_KIND_SYMBOLS)}
 HEADER = _SCHEMA.header
 _NULL = b"\x00"

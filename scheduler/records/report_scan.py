@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from scheduler.native import load
 from scheduler.records.avro_fast import EventFields, ScannedReport
-from scheduler.records.codec import current_schema
+from scheduler.records.codec import checked_fields, current_schema
 from scheduler.records.types import AttemptReport, OccurrenceEvent
 
 _REPORT_FIELDS = (
@@ -34,18 +33,11 @@ _EVENT_FIELDS = (
 )
 
 
-def _fields(cls: type[Any], expected: tuple[str, ...]) -> list[Any]:
-    fields: list[Any] = current_schema(cls).expanded["fields"]
-    if tuple(f["name"] for f in fields) != expected:  # pragma: no cover - guards a schema edit
-        names = [f["name"] for f in fields]
-        raise RuntimeError(f"{cls.__name__} fields changed to {names}: update {__name__}")
-    return fields
-
-
-_REPORT = _fields(AttemptReport, _REPORT_FIELDS)
+_REPORT = checked_fields(AttemptReport, _REPORT_FIELDS, __name__)
 KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
 REPORT_HEADER = current_schema(AttemptReport).header
-STATE_INDEX = {s: i for i, s in enumerate(_fields(OccurrenceEvent, _EVENT_FIELDS)[5]["type"]["symbols"])}
+_EVENT = checked_fields(OccurrenceEvent, _EVENT_FIELDS, __name__)
+STATE_INDEX = {s: i for i, s in enumerate(_EVENT[5]["type"]["symbols"])}
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 event_value: Callable[..., bytes] = _fast.event_value
 # (STATE_INDEX, at_ms, header, processor Event): one compiled call per event the processor writes.

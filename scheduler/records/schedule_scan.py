@@ -30,19 +30,17 @@ from fastavro import parse_schema, schemaless_reader
 
 from scheduler.native import load
 from scheduler.records.avro_fast import Scanned
-from scheduler.records.codec import current_schema
+from scheduler.records.codec import checked_fields, current_schema
 from scheduler.records.errors import RecordDecodeError
 from scheduler.records.types import Schedule
 
 _SCHEMA = current_schema(Schedule)
 _HEADER = _SCHEMA.header
-_FIELDS = (
+SCHEDULE_FIELDS = (  # the Schedule schema's, in order: what the hand-written reader and writer follow
     "tenant", "schedule_id", "version", "state", "spec", "created_at_ms", "updated_at_ms",
     "effective_from_ms", "idempotency_key", "paused_at_ms", "resumed_at_ms", "last_request_id",
 )
-_TOP: list[Any] = _SCHEMA.expanded["fields"]
-if tuple(f["name"] for f in _TOP) != _FIELDS:  # pragma: no cover - guards a schema edit
-    raise RuntimeError(f"Schedule fields changed to {[f['name'] for f in _TOP]}: update {__name__}")
+_TOP = checked_fields(Schedule, SCHEDULE_FIELDS, __name__)
 _STATES: tuple[str, ...] = tuple(_TOP[3]["type"]["symbols"])
 _SPEC: dict[str, Any] = _TOP[4]["type"]
 if _SPEC["fields"][-1]["name"] != "payload":  # pragma: no cover - guards a schema edit

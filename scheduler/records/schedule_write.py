@@ -13,32 +13,21 @@ checked against the current schemas at import, like :mod:`scheduler.records.repo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from scheduler.native import load
-from scheduler.records.codec import current_schema, encode
-from scheduler.records.schedule_scan import scan
+from scheduler.records.codec import checked_fields, current_schema, encode
+from scheduler.records.schedule_scan import SCHEDULE_FIELDS, scan
 from scheduler.records.types import Schedule, ScheduleSpecRecord, VersionRecord
 
-_SCHEDULE_FIELDS = (
-    "tenant", "schedule_id", "version", "state", "spec", "created_at_ms", "updated_at_ms",
-    "effective_from_ms", "idempotency_key", "paused_at_ms", "resumed_at_ms", "last_request_id",
-)
 _VERSION_FIELDS = (
     "schedule_id", "tenant", "version", "state", "updated_at_ms", "paused_at_ms", "resumed_at_ms",
 )
 
 
-def _fields(cls: type[Any], expected: tuple[str, ...]) -> list[Any]:
-    fields: list[Any] = current_schema(cls).expanded["fields"]
-    if tuple(f["name"] for f in fields) != expected:  # pragma: no cover - guards a schema edit
-        names = [f["name"] for f in fields]
-        raise RuntimeError(f"{cls.__name__} fields changed to {names}: update {__name__}")
-    return fields
-
-
-STATE_INDEX = {s: i for i, s in enumerate(_fields(Schedule, _SCHEDULE_FIELDS)[3]["type"]["symbols"])}
-if _fields(VersionRecord, _VERSION_FIELDS)[3]["type"]["symbols"] != list(STATE_INDEX):  # pragma: no cover
+_SCHEDULE = checked_fields(Schedule, SCHEDULE_FIELDS, __name__)
+_VERSION = checked_fields(VersionRecord, _VERSION_FIELDS, __name__)
+STATE_INDEX = {s: i for i, s in enumerate(_SCHEDULE[3]["type"]["symbols"])}
+if _VERSION[3]["type"]["symbols"] != list(STATE_INDEX):  # pragma: no cover - guards a schema edit
     raise RuntimeError(f"VersionRecord's states differ from Schedule's: update {__name__}")
 _SCHEDULE_HEADER = current_schema(Schedule).header
 _VERSION_HEADER = current_schema(VersionRecord).header
