@@ -133,3 +133,16 @@ def test_compiled_dispatch_writers_equal_their_source(occ: Occurrence) -> None:
     for fn in (compiled.occurrence_record, pure.occurrence_record):
         with pytest.raises(ValueError, match="field attempt: 0"):
             fn(*pieces, 0, *tail[1:])
+
+
+def test_a_varint_past_64_bits_is_no_long_compiled_or_not() -> None:
+    """The hand readers refuse what no writer of a long can write (fastavro wraps it around), and
+    read the longs at both ends of the range."""
+    pure, compiled = importlib.import_module(FAST), native.load(FAST)
+    for mod in (pure, compiled):
+        for n in (-(2**63), 2**63 - 1, 0, -1, 300):
+            assert mod.read_long(mod.avro_long(n), 0) == (n, len(mod.avro_long(n)))
+        with pytest.raises(ValueError, match="over 64 bits"):
+            mod.read_long(bytes([0x80] * 9 + [0x02]), 0)
+        with pytest.raises(ValueError, match="longer than 10 bytes"):
+            mod.read_long(bytes([0x80] * 10 + [0x01]), 0)

@@ -103,3 +103,34 @@ def test_a_change_record_is_the_record_of_the_entry_spec() -> None:
         big.spec()
     with pytest.raises(SpecError, match="payload"):
         wire_state.encode_schedule_change(big, "PAUSE", "p", T0 - 10)
+
+
+def test_a_change_and_its_version_are_the_codecs_records_whatever_the_spec_key_cache_holds() -> None:
+    """The schedule and version records the processor writes by hand (the spec as its cached key)
+    are byte for byte the general codec's, for every state and kind, with the cache of spec keys
+    cold, warm, or started over between two writes of the same spec."""
+    from scheduler.records import Schedule, ScheduleSpecRecord, VersionRecord, encode
+
+    s = _loaded()
+    s.apply(kind="PAUSE", request_id="p", tenant="a", schedule_id="s03", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=T0 - 10, now=T0 - 10)
+    s.apply(kind="CANCEL", request_id="c", tenant="a", schedule_id="s04", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=T0 - 5, now=T0 - 5)
+    for clear in (True, False, True):
+        if clear:
+            wire_state._SPEC_KEYS.clear()
+        for sid in ("s00", "s01", "s03", "s04"):
+            e = s.entries[sid]
+            for kind in ("CREATE", "PAUSE", wire_state.COMPLETION):
+                sched, _, version = wire_state.encode_schedule_change(e, kind, "r", T0)
+                assert sched == encode(Schedule(
+                    tenant=e.tenant, schedule_id=e.schedule_id, version=e.version, state=e.state,  # type: ignore[arg-type]
+                    spec=ScheduleSpecRecord.from_domain(e.spec()), created_at_ms=e.created_at_ms,
+                    updated_at_ms=T0 * 1000, effective_from_ms=e.effective_from * 1000,
+                    idempotency_key=e.idempotency_key, paused_at_ms=e.paused_at_ms,
+                    resumed_at_ms=e.resumed_at_ms, last_request_id=e.last_request_id,
+                ))
+                assert version == encode(VersionRecord(
+                    schedule_id=e.schedule_id, tenant=e.tenant, version=e.version, state=e.state,  # type: ignore[arg-type]
+                    updated_at_ms=T0 * 1000, paused_at_ms=e.paused_at_ms, resumed_at_ms=e.resumed_at_ms,
+                ))

@@ -161,7 +161,10 @@ def encode_runtime(sid: str, tenant: str, view: ScheduleRuntimeView | None, now:
 
 
 _SPEC_KEYS: dict[int, tuple[SpecParts, bytes]] = {}  # id(parts) -> (parts, its spec key)
-_SPEC_KEYS_LIMIT = 100_000  # distinct specs remembered; past it the table starts over (a cache)
+# Distinct specs remembered; past it the table starts over (a cache). It keeps the parts alive: of
+# schedules that ended too, until it starts over. A spec met once (a one-time schedule's own
+# instant) costs what the record cost before: one encode.
+_SPEC_KEYS_LIMIT = 10_000
 
 
 def _spec_key(parts: SpecParts) -> bytes:

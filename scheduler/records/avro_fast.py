@@ -90,6 +90,8 @@ def read_long(b: bytes, i: int) -> tuple[int, int]:
         x = b[i]
         n |= (x & 0x7F) << shift
         if x < 0x80:
+            if n >> 64:  # a tenth byte past bit 63: no long (fastavro would wrap it around)
+                raise ValueError("varint over 64 bits")
             return (n >> 1) ^ -(n & 1), i + 1
         shift += 7
         if shift > 63:

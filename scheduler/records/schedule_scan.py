@@ -46,8 +46,8 @@ _SPEC: dict[str, Any] = _TOP[4]["type"]
 if _SPEC["fields"][-1]["name"] != "payload":  # pragma: no cover - guards a schema edit
     raise RuntimeError(f"ScheduleSpec's last field is no longer payload: update {__name__}")
 # The spec without its payload, as a schema of its own: what a key decodes with.
-_KEY_SCHEMA: dict[str, Any] = {**_SPEC, "name": "ksched.v1.ScheduleSpecKey", "fields": _SPEC["fields"][:-1]}
-_KEY_PARSED = parse_schema(_KEY_SCHEMA)
+KEY_SCHEMA: dict[str, Any] = {**_SPEC, "name": "ksched.v1.ScheduleSpecKey", "fields": _SPEC["fields"][:-1]}
+_KEY_PARSED = parse_schema(KEY_SCHEMA)
 _KEY_LIMIT = 100_000  # distinct keys remembered; past it the table starts over (a cache, not state)
 
 
@@ -100,7 +100,7 @@ def scan_fields(value: bytes) -> Scanned | None:
 
 def _key_end(b: bytes, i: int) -> int:
     """The end of a spec key not seen before (walked field by field), now remembered."""
-    end = _skip(_KEY_SCHEMA, b, i)
+    end = _skip(KEY_SCHEMA, b, i)
     _remember(b[i:end])
     return end
 

@@ -4,10 +4,11 @@ change and per completed schedule (a burst of one-time schedules completes them 
 Through the record dataclasses and the generated writer, a schedule record costs a
 ``ScheduleSpecRecord`` built from the shared spec and two dataclass constructions. Here the spec
 is written as the key :mod:`scheduler.records.schedule_scan` reads back: every spec field but
-the payload, encoded once per distinct spec by the general codec (:func:`spec_key`), then joined
+the payload, encoded once per distinct spec by the generated writer (:func:`spec_key`), then joined
 with the record's own fields by the compiled :func:`scheduler.records.avro_fast.schedule_record`.
 The bytes are those :func:`scheduler.records.encode` writes (tests pin this). The field orders are
-checked against the current schemas at import, like :mod:`scheduler.records.report_scan`.
+checked against the current schemas at import, like :mod:`scheduler.records.report_scan`. Unlike
+the codec, the writers do not check that integers fit an Avro long: the processor's do.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scheduler.native import load
-from scheduler.records.codec import checked_fields, current_schema, encode
-from scheduler.records.schedule_scan import SCHEDULE_FIELDS, scan
+from scheduler.records.codec import checked_fields, current_schema
+from scheduler.records.fast_write import writer_for
+from scheduler.records.schedule_scan import KEY_SCHEMA, SCHEDULE_FIELDS
 from scheduler.records.types import Schedule, ScheduleSpecRecord, VersionRecord
 
 _VERSION_FIELDS = (
@@ -31,6 +33,10 @@ if _VERSION[3]["type"]["symbols"] != list(STATE_INDEX):  # pragma: no cover - gu
     raise RuntimeError(f"VersionRecord's states differ from Schedule's: update {__name__}")
 _SCHEDULE_HEADER = current_schema(Schedule).header
 _VERSION_HEADER = current_schema(VersionRecord).header
+_key = writer_for(KEY_SCHEMA)
+if _key is None:  # pragma: no cover - guards a schema edit
+    raise RuntimeError(f"the generated writer leaves the spec key's schema to fastavro: update {__name__}")
+_key_writer: Callable[[ScheduleSpecRecord], bytes] = _key
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 _schedule_record: Callable[..., bytes] = _fast.schedule_record
 _version_record: Callable[..., bytes] = _fast.version_record
@@ -38,16 +44,9 @@ _version_record: Callable[..., bytes] = _fast.version_record
 
 def spec_key(spec: ScheduleSpecRecord) -> bytes:
     """``spec``'s fields but its payload, encoded: the key :func:`schedule_scan.scan` returns for a
-    schedule record of this spec, whatever its payload. Written by the general codec (once per
-    distinct spec: the caller keeps it)."""
-    value = encode(Schedule(
-        tenant="k", schedule_id="k", version=1, state="ACTIVE", spec=spec, created_at_ms=0,
-        updated_at_ms=0, effective_from_ms=0, idempotency_key=None, paused_at_ms=None,
-        resumed_at_ms=None, last_request_id=None,
-    ))
-    scanned = scan(value)
-    assert scanned is not None, "a record of the current schema always scans"
-    return scanned.spec_key
+    schedule record of this spec, whatever its payload. Written by the generated writer of the
+    spec's schema without its payload (once per distinct spec: the caller keeps it)."""
+    return _key_writer(spec)
 
 
 def schedule(
