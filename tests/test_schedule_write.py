@@ -36,7 +36,7 @@ def test_a_version_record_is_the_codecs(rec: VersionRecord) -> None:
     assert got == encode(rec)
 
 
-def test_a_hand_codec_fails_at_import_when_its_schema_changed() -> None:
+def test_the_field_order_guard_names_the_module_to_update() -> None:
     import pytest
 
     from scheduler.records.codec import checked_fields
