@@ -50,7 +50,7 @@ def test_ksched_native_0_runs_the_source(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def _outcome(scan_body: Any, value: bytes) -> object:
     try:
-        return scan_body(value, ss._STATES, set(), [], ss._key_end)
+        return scan_body(value, ss.STATES, set(), [], ss._key_end)
     except (IndexError, ValueError, UnicodeDecodeError) as exc:
         return type(exc)
 
@@ -71,8 +71,8 @@ def test_compiled_scan_and_writer_equal_their_source(rec: Schedule, data: st.Dat
     value = _mutated(value, data)
     assert _outcome(compiled.scan_body, value) == _outcome(pure.scan_body, value)
     # and the writer of the same record (its spec as the scan's key)
-    scanned = pure.scan_body(encode(rec), ss._STATES, set(), [], ss._key_end)
-    fields = (b"H", *scanned[:3], ss._STATES.index(scanned[3]), *scanned[4:])
+    scanned = pure.scan_body(encode(rec), ss.STATES, set(), [], ss._key_end)
+    fields = (b"H", *scanned[:3], ss.STATES.index(scanned[3]), *scanned[4:])
     assert compiled.schedule_record(*fields) == pure.schedule_record(*fields) == b"H" + encode(rec)[10:]
     version = (b"V", rec.schedule_id, rec.tenant, rec.version, 1, rec.updated_at_ms, rec.paused_at_ms,
                rec.resumed_at_ms)

@@ -167,15 +167,16 @@ _SPEC_KEYS: dict[int, tuple[SpecParts, bytes]] = {}  # id(parts) -> (parts, its 
 _SPEC_KEYS_LIMIT = 10_000
 
 
-def _spec_key(parts: SpecParts) -> bytes:
+def _spec_key(parts: SpecParts, rec: ScheduleSpecRecord | None = None) -> bytes:
     """The encoded spec (all but the payload) of the schedules sharing ``parts``: encoded once
-    per distinct spec, not once per record. Kept by the parts' identity (parts are interned, and
-    the table holds them, so an id is never reused while it is in the table): a hash of their
+    per distinct spec, not once per record, from ``rec`` (the record of ``parts.base`` with any
+    payload) when the caller has it. Kept by the parts' identity (parts are interned, and the
+    table holds them, so an id is never reused while it is in the table): a hash of their
     fields costs more than encoding the few ids a burst writes."""
     got = _SPEC_KEYS.get(id(parts))
     if got is not None and got[0] is parts:
         return got[1]
-    key = schedule_write.spec_key(ScheduleSpecRecord.from_domain(parts.base, b""))
+    key = schedule_write.spec_key(rec or ScheduleSpecRecord.from_domain(parts.base, b""))
     if len(_SPEC_KEYS) >= _SPEC_KEYS_LIMIT:
         _SPEC_KEYS.clear()
     _SPEC_KEYS[id(parts)] = (parts, key)
@@ -245,16 +246,16 @@ def encode_schedule_change(
     """
     now_ms = now * 1000
     payload = check_payload(entry.payload)  # a stored payload over the limit raises, as a spec would
+    spec_rec = None  # entry.spec()'s record without building that spec: the history's, when it has one
+    if kind in (CommandKind.CREATE, CommandKind.UPDATE):
+        spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, payload)
     sched = schedule_write.schedule(
-        entry.tenant, entry.schedule_id, entry.version, entry.state, _spec_key(entry.parts), payload,
-        entry.created_at_ms, now_ms, entry.effective_from * 1000, entry.idempotency_key,
+        entry.tenant, entry.schedule_id, entry.version, entry.state, _spec_key(entry.parts, spec_rec),
+        payload, entry.created_at_ms, now_ms, entry.effective_from * 1000, entry.idempotency_key,
         entry.paused_at_ms, entry.resumed_at_ms, entry.last_request_id,
     )
     hist = None
     if kind in _COMMAND_KINDS:  # a completion (the shard's own change) is no command: no history
-        spec_rec = None
-        if kind in (CommandKind.CREATE, CommandKind.UPDATE):  # entry.spec()'s record, not that spec
-            spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, payload)
         hist = encode(
             ScheduleHistoryEntry(
                 schedule_id=entry.schedule_id,

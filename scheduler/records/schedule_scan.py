@@ -35,13 +35,13 @@ from scheduler.records.errors import RecordDecodeError
 from scheduler.records.types import Schedule
 
 _SCHEMA = current_schema(Schedule)
-_HEADER = _SCHEMA.header
+HEADER = _SCHEMA.header
 SCHEDULE_FIELDS = (  # the Schedule schema's, in order: what the hand-written reader and writer follow
     "tenant", "schedule_id", "version", "state", "spec", "created_at_ms", "updated_at_ms",
     "effective_from_ms", "idempotency_key", "paused_at_ms", "resumed_at_ms", "last_request_id",
 )
 _TOP = checked_fields(Schedule, SCHEDULE_FIELDS, __name__)
-_STATES: tuple[str, ...] = tuple(_TOP[3]["type"]["symbols"])
+STATES: tuple[str, ...] = tuple(_TOP[3]["type"]["symbols"])  # ScheduleState's symbols, in order
 _SPEC: dict[str, Any] = _TOP[4]["type"]
 if _SPEC["fields"][-1]["name"] != "payload":  # pragma: no cover - guards a schema edit
     raise RuntimeError(f"ScheduleSpec's last field is no longer payload: update {__name__}")
@@ -89,10 +89,10 @@ def scan(value: bytes) -> ScannedSchedule | None:
 def scan_fields(value: bytes) -> Scanned | None:
     """:func:`scan`'s fields as a plain tuple in :class:`ScannedSchedule`'s order: restore's hot
     path (a named tuple's attributes cost more than unpacking)."""
-    if value[:10] != _HEADER:
+    if value[:10] != HEADER:
         return None
     try:
-        return _scan_body(value, _STATES, _known, _lengths, _key_end)
+        return _scan_body(value, STATES, _known, _lengths, _key_end)
     except (IndexError, UnicodeDecodeError, ValueError) as exc:
         why = f"{type(exc).__name__}: {exc}"
         raise RecordDecodeError(f"Schedule (current schema): truncated or corrupt body: {why}") from None

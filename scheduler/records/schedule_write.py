@@ -18,20 +18,19 @@ from collections.abc import Callable
 from scheduler.native import load
 from scheduler.records.codec import checked_fields, current_schema
 from scheduler.records.fast_write import writer_for
-from scheduler.records.schedule_scan import KEY_SCHEMA, SCHEDULE_FIELDS
-from scheduler.records.types import Schedule, ScheduleSpecRecord, VersionRecord
+from scheduler.records.schedule_scan import HEADER, KEY_SCHEMA, STATES
+from scheduler.records.types import ScheduleSpecRecord, VersionRecord
 
 _VERSION_FIELDS = (
     "schedule_id", "tenant", "version", "state", "updated_at_ms", "paused_at_ms", "resumed_at_ms",
 )
 
 
-_SCHEDULE = checked_fields(Schedule, SCHEDULE_FIELDS, __name__)
 _VERSION = checked_fields(VersionRecord, _VERSION_FIELDS, __name__)
-STATE_INDEX = {s: i for i, s in enumerate(_SCHEDULE[3]["type"]["symbols"])}
-if _VERSION[3]["type"]["symbols"] != list(STATE_INDEX):  # pragma: no cover - guards a schema edit
+# The Schedule's field order, header and states are schedule_scan's, which checks them at import.
+STATE_INDEX = {s: i for i, s in enumerate(STATES)}
+if _VERSION[3]["type"]["symbols"] != list(STATES):  # pragma: no cover - guards a schema edit
     raise RuntimeError(f"VersionRecord's states differ from Schedule's: update {__name__}")
-_SCHEDULE_HEADER = current_schema(Schedule).header
 _VERSION_HEADER = current_schema(VersionRecord).header
 _key = writer_for(KEY_SCHEMA)
 if _key is None:  # pragma: no cover - guards a schema edit
@@ -57,7 +56,7 @@ def schedule(
     """The ``Schedule`` record of these fields, its spec given as its :func:`spec_key` ``key`` and
     ``payload``; ``state`` a symbol of ``ScheduleState`` (KeyError otherwise)."""
     return _schedule_record(
-        _SCHEDULE_HEADER, tenant, schedule_id, version, STATE_INDEX[state], key, payload, created_at_ms,
+        HEADER, tenant, schedule_id, version, STATE_INDEX[state], key, payload, created_at_ms,
         updated_at_ms, effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id,
     )
 
