@@ -40,3 +40,23 @@ def test_bench_workers_loads_before_the_instant_and_measures_a_second_burst(
     if drain:  # the workers start once both bursts are dispatched: the reports' cost alone
         assert r["processor_cpu_us_per_report"] > 0
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_bench_workers_with_daily_schedules_measures_the_reports_alone(
+    kafka_settings: Settings, tmp_path: Path
+) -> None:
+    """``--kind cron``: daily schedules due at a whole minute; their reports complete nothing, so
+    no version record is written while they are applied (one-time schedules write one each)."""
+    out = tmp_path / "workers.json"
+    cmd = [
+        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
+        "--store", "memory", "--no-kill", "--drain", "--kind", "cron", "--json", str(out),
+    ]
+    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+    r = json.loads(out.read_text())
+    assert r["kind"] == "cron" and r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
+    assert r["applied_ahead_s"] > 0
+    assert r["broker_bytes_per_occurrence_reported"].get("versions", 0) == 0
+    assert r["processor_cpu_us_per_report"] > 0

@@ -246,6 +246,10 @@ class _Recorder:
     ) -> None:
         self.records.append((topic, value))
 
+    def produce_batch(self, topic: str, messages: list[dict[str, bytes]], partition: int = -1) -> int:
+        self.records.extend((topic, m.get("value")) for m in messages)
+        return len(messages)
+
     def poll(self, _timeout: float = 0) -> int:
         return 0
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import itertools
+from unittest.mock import patch
 
 import pytest
 from fastavro import schemaless_writer
@@ -114,14 +116,13 @@ def test_observe_tick_counts_each_occurrence_by_tenant_and_lane(fired: list[tupl
 
 @given(st.lists(st.tuples(st.sampled_from(["t0", "t1", "t2"]), st.booleans(), st.sampled_from(list(Lane)),
                           st.integers(1, 2**31 - 1), st.binary(max_size=40)), max_size=30),
-       st.sets(st.integers(0, 29)))
+       st.integers(1, 7))
 def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
-    cases: list[tuple[str, bool, Lane, int, bytes]], full_at: set[int]
+    cases: list[tuple[str, bool, Lane, int, bytes]], run_max: int
 ) -> None:
     """One record per occurrence, in order, on its tenant's topic and partition, keyed by its
     schedule id, byte-equal to ``encode_dispatch`` (prepared ids or not; occurrences that share
-    their run's piece or not); a full queue hands the record to ``on_full`` instead (never
-    dropped, never twice)."""
+    their run's piece or not), sent in runs of one tenant of at most ``DISPATCH_RUN_MAX``."""
     from scheduler.processor import wire
     from scheduler.processor.model import DueOccurrence
 
@@ -132,17 +133,10 @@ def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
         avail = f + (i % 2) * (i % 7)
         o = DueOccurrence(sid, tenant, version, f, avail, int(lane), f"h{i}", payload, attempt)
         occs.append(o._replace(prepared=dispatch_ids(o.occurrence_id, sid)) if prepared else o)
-    written: list[tuple[str, str, bytes, bytes, int]] = []
+    sent: list[tuple[str, list[dict[str, bytes]], int]] = []
 
-    def produce(topic: str, value: bytes, key: bytes, partition: int) -> None:
-        if len(written) in full_at and (not written or written[-1][0] != "full"):
-            written.append(("full", topic, value, key, partition))
-            raise BufferError
-        written.append(("ok", topic, value, key, partition))
-
-    def on_full(topic: str, value: bytes, key: bytes, partition: int) -> None:
-        assert written[-1][0] == "full"
-        written[-1] = ("waited", topic, value, key, partition)
+    def send(topic: str, messages: list[dict[str, bytes]], partition: int) -> None:
+        sent.append((topic, list(messages), partition))
 
     def topic(t: str) -> str:
         return f"ksched.dispatch.{t}"
@@ -150,9 +144,14 @@ def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
     def header(t: str) -> bytes:  # a framing of each tenant's own (Confluent ids differ per topic)
         return b"\x00" + t.encode().rjust(4, b"-")
 
-    wire.produce_dispatch(occs, stamp, topic, header, produce, on_full, 5)
+    with patch.object(wire, "DISPATCH_RUN_MAX", run_max):
+        wire.produce_dispatch(occs, stamp, topic, header, send, 5)
+    written = [(t, m["value"], m["key"], p) for t, run, p in sent for m in run]
     expected = [(topic(o.tenant), wire.encode_dispatch(o, stamp, header), o.schedule_id.encode(), 5)
                 for o in occs]
-    assert all(w[2].startswith(header(o.tenant)) for w, o in zip(written, occs, strict=True))
-    assert [w[1:] for w in written] == expected
-    assert all(w[0] != "full" for w in written)
+    assert all(w[1].startswith(header(o.tenant)) for w, o in zip(written, occs, strict=True))
+    assert written == expected
+    assert all(0 < len(run) <= run_max and all(m["key"] for m in run) for _, run, _ in sent)
+    # a run ends only at a tenant change or when full: as few calls as the tenants' runs allow
+    tenant_runs = [len(list(g)) for _, g in itertools.groupby(o.tenant for o in occs)]
+    assert len(sent) == sum(-(-n // run_max) for n in tenant_runs)

@@ -43,6 +43,11 @@ class RecordingProducer:
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int = -1) -> None:
         self._call(f"produce {topic.split('.', 1)[1]}")
 
+    def produce_batch(self, topic: str, messages: list[dict[str, bytes]], partition: int = -1) -> int:
+        for m in messages:  # as the real client: each record in order (the log names each)
+            self.produce(topic, m.get("value"), m.get("key"), partition)
+        return len(messages)
+
     def poll(self, timeout: float) -> int:
         return 0
 

@@ -3,7 +3,7 @@
 N daily schedules of one tenant are created in a :class:`~scheduler.processor.shard.Shard`, their
 dispatch records' ids prepared as the processor does ahead of the instant, then the instant's ticks
 run (``due`` with the tick budget, inside ``Heap.quiet`` as the processor runs them) and every
-dispatch record is encoded and handed to a ``produce`` that drops it, by the processor's own
+dispatch record is encoded and handed to a ``send`` that drops it, by the processor's own
 :func:`scheduler.processor.wire.produce_dispatch`. The figures are the main thread's CPU
 time per occurrence for ``due`` and for encoding, so they hold on a loaded machine where the
 burst's wall-clock figures do not; ``ksched bench burst`` measures the whole path against the
@@ -97,9 +97,12 @@ def _run(args: argparse.Namespace) -> int:
     def produce(_topic: str, _value: bytes, _key: bytes, partition: int = -1) -> None:
         pass
 
+    def send(_topic: str, _messages: list[dict[str, bytes]], _partition: int) -> None:
+        pass
+
     stamp = wire.dispatch_stamp(due * 1000)
     dispatch = wire.produce_dispatch
-    change = wire_state.encode_schedule_change
+    complete = wire_state.encode_schedule_and_version
     due_s = encode_s = complete_s = 0.0
     total = ticks = completed = 0
     fired: set[str] = set()
@@ -108,10 +111,10 @@ def _run(args: argparse.Namespace) -> int:
             t0 = time.thread_time()
             out = shard.due(due, args.budget, float(due))
             t1 = time.thread_time()
-            dispatch(out.dispatch, stamp, _dispatch_topic, wire.single_object, produce, produce, 0)
+            dispatch(out.dispatch, stamp, _dispatch_topic, wire.single_object, send, 0)
             t2 = time.thread_time()
             for e in out.completed:  # what Checkpoint.due writes for each
-                sched, _, version = change(e, wire_state.COMPLETION, f"complete-{e.schedule_id}", due, shard)
+                sched, version = complete(e, due * 1000)
                 produce("schedules", sched, e.schedule_id.encode())
                 produce("versions", version, e.schedule_id.encode())
             t3 = time.thread_time()

@@ -48,6 +48,10 @@ class _CountingProducer:
     ) -> None:
         self.counts[topic] = self.counts.get(topic, 0) + 1
 
+    def produce_batch(self, topic: str, messages: list[dict[str, bytes]], partition: int = -1) -> int:
+        self.counts[topic] = self.counts.get(topic, 0) + len(messages)
+        return len(messages)
+
     def poll(self, _timeout: float = 0) -> int:
         return 0
 

@@ -81,6 +81,10 @@ def register(sub: Any) -> None:
                         "and its reports must not push the next one late); its lag as second_lag_p99_s")
     p.add_argument("--second-size", type=int, default=None,
                    help="the second burst's size (default: --occurrences)")
+    p.add_argument("--kind", choices=("once", "cron"), default="once",
+                   help="once: one-time schedules, each completed by its occurrence (its COMPLETED records "
+                        "are written as its report is applied); cron: daily schedules due at the instant "
+                        "(rounded up to a whole minute), which complete nothing: the reports alone")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
@@ -170,7 +174,7 @@ def _run(args: argparse.Namespace) -> int:
         if wait_restored(metrics_port, settings.partitions, 120) is None:
             raise SystemExit("the processor did not restore its shards in 120 s")
         bursts = [(n, 0.0)] + ([(n2, args.second_burst)] if n2 else [])
-        loaded = load(settings, bursts, calibration=min(20_000, max(500, total // 10)))
+        loaded = load(settings, bursts, calibration=min(20_000, max(500, total // 10)), kind=args.kind)
         due = loaded.due
         second_ms = (due + int(args.second_burst or 0)) * 1000
         t0 = time.monotonic() + due - time.time()  # the due instant, on the monotonic clock
@@ -249,6 +253,7 @@ def _run(args: argparse.Namespace) -> int:
         "partitions": settings.partitions,
         "store": args.store,
         "handler": args.handler_kind,
+        "kind": args.kind,
         "concurrency_per_worker": args.concurrency,
     }
     if n2:

@@ -3,7 +3,7 @@
 The due instant is written into every CREATE, so it must be chosen before the load; a guessed
 load rate put it too early at 500,000 (the processor still had ~170,000 creates to apply when
 they fell due, and those fired late on the catch-up lane). Here the instant follows the load the
-processor shows in this run: a calibration slice (schedules due a day later, never fired in the
+processor shows in this run: a calibration slice (schedules due half a day later, never fired in the
 bench) measures its apply rate, the instant is placed past the whole load at that rate (with a
 margin), and the bench then waits for every create's result, so the figures say how far ahead of
 the instant the load really finished (``applied_ahead_s``) and how long it took (``load_s``).
@@ -33,13 +33,19 @@ class Load:
     applied_ahead_s: float  # due instant - the moment every create was applied (negative: late)
 
 
-def _produce_creates(prod: Any, topic: str, count: int, at_epoch: int) -> None:
+def _produce_creates(prod: Any, topic: str, count: int, at_epoch: int, kind: str) -> None:
     from scheduler.domain import ScheduleSpec
     from scheduler.kafka.clients import produce_waiting
     from scheduler.records import ScheduleCommand, ScheduleSpecRecord, encode
 
-    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_epoch))
-    spec = ScheduleSpecRecord.from_domain(ScheduleSpec(kind="once", at=at, timezone="UTC", handler="noop"))
+    if kind == "cron":  # daily at the instant's minute (a whole minute: see load)
+        hm = time.gmtime(at_epoch)
+        cron = f"{hm.tm_min} {hm.tm_hour} * * *"
+        domain = ScheduleSpec(kind="cron", cron=cron, timezone="UTC", handler="noop")
+    else:
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_epoch))
+        domain = ScheduleSpec(kind="once", at=at, timezone="UTC", handler="noop")
+    spec = ScheduleSpecRecord.from_domain(domain)
     for _ in range(count):
         sid = uuid.uuid4().hex
         cmd = ScheduleCommand(
@@ -58,16 +64,21 @@ def _wait_results(results: Any, count: int, timeout_s: float) -> int:
     return seen
 
 
-def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int) -> Load:
+def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int, kind: str = "once") -> Load:
     """Create the schedules of ``bursts`` ((count, seconds after the first instant) each) and wait
     until the processor (restored: see :func:`wait_restored`) has applied them all; the first
-    instant follows the measured apply rate."""
+    instant follows the measured apply rate. ``kind`` ``cron``: daily schedules, the instants
+    rounded up to a whole minute (a cron's resolution), so the bursts' offsets must be whole
+    minutes too."""
     from confluent_kafka import TopicPartition
 
     from scheduler.kafka.clients import consumer, producer
     from scheduler.topology import topic_name
 
     bursts = list(bursts)
+    if kind == "cron" and any(after % 60 for _, after in bursts):
+        raise SystemExit("with --kind cron the bursts are whole minutes apart (a cron's resolution): "
+                         "give --second-burst a multiple of 60")
     total = sum(c for c, _ in bursts)
     t_commands = topic_name(settings, "commands", TENANT)
     results = consumer(settings.kafka())
@@ -76,7 +87,8 @@ def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int) -
     prod = producer(settings.kafka())
     try:
         t = time.monotonic()
-        _produce_creates(prod, t_commands, calibration, int(time.time()) + 86_400)
+        # half a day away: a daily cron at that time of day does not fire in the bench either
+        _produce_creates(prod, t_commands, calibration, int(time.time()) + 43_200, kind)
         prod.flush(60)
         if _wait_results(results, calibration, 300) < calibration:
             raise SystemExit(f"calibration: the processor did not apply {calibration:,} creates in 300 s")
@@ -84,11 +96,13 @@ def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int) -
         # read 2,610/s where the load then ran at 1,194/s (results come in a few transactions).
         rate = calibration / (time.monotonic() - t)
         due = int(time.time() + SAFETY * total / rate + MARGIN_S) + 1
+        if kind == "cron":
+            due = -(-due // 60) * 60
         print(f"calibration: {calibration:,} creates applied at {rate:,.0f}/s; "
               f"{total:,} schedules due from {time.strftime('%H:%M:%S', time.gmtime(due))}Z")
         t = time.monotonic()
         for count, after_s in bursts:
-            _produce_creates(prod, t_commands, count, due + int(after_s))
+            _produce_creates(prod, t_commands, count, due + int(after_s), kind)
         prod.flush(300)
         seen = _wait_results(results, total, max(600.0, total / 100))
         load_s = time.monotonic() - t

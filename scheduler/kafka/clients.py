@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from scheduler.kafka.connection import KafkaConnection
 from scheduler.kafka.errors import auth_error_cb
@@ -102,6 +102,33 @@ def produce_waiting(
             return
         except BufferError:
             producer.poll(0.05)
+
+
+Messages = list[dict[str, Any]]
+"""``produce_batch``'s messages: ``{"value": bytes | None, "key": bytes}`` each."""
+
+
+def produce_run(producer: Producer, topic: str, messages: Messages, partition: int) -> None:
+    """Every one of ``messages`` to ``topic[partition]``, in their order, in one ``produce_batch``
+    call: about a third less CPU a record than ``produce()`` each, measured on a transactional
+    producer (docs/decisions.md). Like :func:`produce_waiting`, never drops a record.
+
+    A record the client's queue had no room for is marked refused, and librdkafka goes on with the
+    next, which room freed meanwhile may let in. Refused records that are the run's tail are
+    produced again one by one, waiting for room: the order holds. A refused record followed by a
+    queued one has lost its place in the partition's order: that raises KafkaException, as any
+    other refusal does (the caller's transaction must not commit; the processor gives the shard
+    up and rebuilds it)."""
+    if producer.produce_batch(topic, messages, partition=partition) == len(messages):
+        return
+    first = next(i for i, m in enumerate(messages) if "_error" in m)
+    tail = messages[first:]
+    for m in tail:
+        err = m.get("_error")
+        if err is None or err.code() != KafkaError._QUEUE_FULL:
+            raise KafkaException(messages[first]["_error"] if err is None else err)
+    for m in tail:
+        produce_waiting(producer, topic, m.get("value"), m.get("key"), partition)
 
 
 def producer(conn: KafkaConnection, **extra: Any) -> Producer:

@@ -37,11 +37,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from operator import itemgetter
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from scheduler.kafka.clients import produce_waiting
+from scheduler.kafka.clients import Messages, produce_run, produce_waiting
 from scheduler.processor import wire, wire_state
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.clock_probe import ClockProbe
@@ -236,28 +237,49 @@ class Checkpoint:
             self._produce(topics.history, hist, key, self._p)
         self._produce(topics.of("versions", entry.tenant), version, key, self._p)
 
-    def completion(self, entry: Entry, now: int) -> None:
-        """The COMPLETED records of a schedule with no fire time left (the shard's own change)."""
-        self.schedule_change(entry, wire_state.COMPLETION, f"complete-{entry.schedule_id}", now)
+    def completions(self, entries: list[Entry], now: int) -> None:
+        """The COMPLETED records of schedules with no fire time left (the shard's own changes):
+        those :meth:`schedule_change` writes, each topic's in one ``produce_batch`` call (a burst
+        of one-time schedules completes them all within seconds, one per final report)."""
+        self._at(PRODUCE)
+        topics, p = self._registry.topics, self._p
+        internal: Messages = []
+        own: dict[str, tuple[Messages, Messages]] = {}  # by tenant: its schedules and versions
+        encode, now_ms = wire_state.encode_schedule_and_version, now * 1000
+        for entry in entries:
+            sched, version = encode(entry, now_ms)
+            key = entry.schedule_id.encode()
+            internal.append({"value": sched, "key": key})
+            runs = own.get(entry.tenant)
+            if runs is None:
+                runs = own[entry.tenant] = ([], [])
+            runs[0].append({"value": sched, "key": key})
+            runs[1].append({"value": version, "key": key})
+        producer = self.owned.producer
+        produce_run(producer, topics.schedules, internal, p)
+        for tenant, (schedules, versions) in own.items():
+            produce_run(producer, topics.of("schedules", tenant), schedules, p)
+            produce_run(producer, topics.of("versions", tenant), versions, p)
 
     def lifecycle(self, events: list[Event], dead: list[Attempt], now: int) -> None:
         """Occurrence events, and the DLQ records of occurrences declared dead."""
         self._at(PRODUCE)
         topics, shard, p, counts = self._registry.topics, self.owned.shard, self._p, self.events
         producer = self.owned.producer
-        encode, produce, events_of = wire.event_encoder(now), producer.produce, topics.events_of
+        encode, events_of = wire.event_encoder(now), topics.events_of
         last, topic, header = None, "", b""
+        run: Messages = []
         for ev in events:  # one per report applied: locals only, as in due()
             _, sid, tenant, _, _, _, _, _ = ev
-            if tenant != last:  # a batch's events come in runs of one tenant
+            if tenant != last:  # a batch's events come in runs of one tenant: a produce_batch each
+                if run:
+                    produce_run(producer, topic, run, p)
+                    run = []
                 last = tenant
                 topic, header = events_of(tenant)
-            value = encode(header, ev)
-            key = sid.encode()
-            try:  # produce() itself first: a call less per record than produce_waiting
-                produce(topic, value, key, partition=p)
-            except BufferError:
-                produce_waiting(producer, topic, value, key, p)
+            run.append({"value": encode(header, ev), "key": sid.encode()})
+        if run:
+            produce_run(producer, topic, run, p)
         if events:  # counted in C, not per event here (a Counter costs ~1 µs, even an empty one)
             for k, n in Counter(map(_TENANT_STATE, events)).items():
                 counts[k] = counts.get(k, 0) + n
@@ -285,16 +307,16 @@ class Checkpoint:
             first, rest = rest[0], rest[1:]
             value = wire.encode_dispatch(first, stamp, header_of)
             self._produce_with(topics.of("dispatch", first.tenant), value, first.schedule_id.encode(), probe)
-        wire.produce_dispatch(rest, stamp, lambda t: topics.of("dispatch", t), header_of, producer.produce,
-                              lambda *r: produce_waiting(producer, *r), p)
+        wire.produce_dispatch(rest, stamp, lambda t: topics.of("dispatch", t), header_of,
+                              partial(produce_run, producer), p)
         for occ in again:  # an emission fault's second copy, outside the transaction (tests only)
             assert self._registry.fault is not None
             value = wire.encode_dispatch(occ, stamp, header_of)
             self._registry.fault.produce_again(topics.settings, topics.of("dispatch", occ.tenant),
                                                value, occ.schedule_id.encode(), p)
         self.lifecycle(out.events, out.dead, now)
-        for entry in out.completed:
-            self.completion(entry, now)
+        if out.completed:
+            self.completions(out.completed, now)
         for entry in out.purged:
             # Tombstones: the compacted topics forget the schedule (the history topic keeps its story).
             key = entry.schedule_id.encode()

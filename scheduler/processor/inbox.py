@@ -220,7 +220,7 @@ class Inbox:
             # first, encoded before the command changes the entry (ShardStore.complete_later).
             prior = shard.take_completion(queued.schedule_id)
             if prior is not None:
-                cp.completion(prior, now)
+                cp.completions([prior], now)
         try:
             outcome = mismatch(cmd, tenant) or apply_command(shard, cmd, now)
         except Exception as exc:  # a bug must not turn one command into a crash loop of the shard

@@ -295,6 +295,12 @@ class Entry:
         return f"Entry({self.schedule_id!r} v{self.version} {self.state} next={self.next_for})"
 
 
+entry_rare_times: Callable[[Entry], tuple[_Rare, tuple[int, int]]] = attrgetter("_rare", "_times")
+"""An entry's ``(rare, (created_at_ms, effective_from))``: ``rare`` has the attributes
+``paused_at_ms``, ``resumed_at_ms``, ``last_request_id`` and ``finished_at``. For the encoders of a
+burst's records, read in C: the properties cost a Python frame per field."""
+
+
 class DueOccurrence(NamedTuple):
     """One occurrence the tick hands to the dispatch topic (a tuple: a burst creates hundreds of
     thousands). Its record on the wire is :class:`scheduler.records.Occurrence`; the two names

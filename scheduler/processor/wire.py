@@ -76,17 +76,22 @@ def encode_dispatch(
                            o.payload, None)
 
 
-Produce = Callable[[str, bytes, bytes, int], None]
-"""``produce(topic, value, key, partition)``, positional: a keyword argument costs a dict per call."""
+Send = Callable[[str, list[dict[str, bytes]], int], None]
+"""``send(topic, messages, partition)``: hands ``[{"value": …, "key": …}, …]`` to the client in
+order (:func:`scheduler.kafka.clients.produce_run`)."""
+
+DISPATCH_RUN_MAX = 1_000
+"""Dispatch records handed to the client at once: enough that a call's cost is shared, few enough
+that librdkafka starts sending a burst's first records while the tick encodes the rest."""
 
 
 def produce_dispatch(
     occs: Iterable[DueOccurrence], stamp: bytes, topic_of: Callable[[str], str],
-    header_of: Callable[[str], bytes], produce: Produce, on_full: Produce, partition: int,
+    header_of: Callable[[str], bytes], send: Send, partition: int,
 ) -> None:
-    """Encode the dispatch record of each of ``occs`` (as :func:`encode_dispatch`) and hand it,
-    keyed by its schedule id, to ``produce``; to ``on_full`` when ``produce`` raises BufferError
-    (the client's queue is full: it waits for room, never drops).
+    """Encode the dispatch record of each of ``occs`` (as :func:`encode_dispatch`), keyed by its
+    schedule id, and ``send`` them in order: a run of one tenant's records, up to
+    :data:`DISPATCH_RUN_MAX`, at a time.
 
     The hot path of a burst, one call per tick: each occurrence is unpacked once and its
     record composed here rather than through :func:`encode_dispatch` (a frame and six field
@@ -96,9 +101,13 @@ def produce_dispatch(
     topic, header = "", b""
     runs: dict[int, bytes] = {}  # by version: the runs of one tenant's occurrences due at (f, avail)
     run_f = run_a = -1
+    out: list[dict[str, bytes]] = []
     for occ in occs:
         sid, tenant, version, f, avail, lane, handler, payload, attempt, ids = occ  # DueOccurrence, in order
         if tenant is not last:  # a tick's dispatch comes in runs of one tenant
+            if out:
+                send(topic, out, partition)
+                out = []
             last, topic, header = tenant, topic_of(tenant), header_of(tenant)
             run_f = -1
         if f != run_f or avail != run_a:  # a burst's strict ones share (f, avail); a flexible one has its own
@@ -109,12 +118,13 @@ def produce_dispatch(
             run = runs[version] = run_of(tenant, version, f * 1000, avail * 1000)
         if ids is None:
             ids = dispatch_ids(occ.occurrence_id, sid)
-        value = record(header, ids, run, stamp, attempt, lanes[lane], handler, payload, None)
-        key = sid.encode()
-        try:
-            produce(topic, value, key, partition)
-        except BufferError:
-            on_full(topic, value, key, partition)
+        out.append({"value": record(header, ids, run, stamp, attempt, lanes[lane], handler, payload, None),
+                    "key": sid.encode()})
+        if len(out) == DISPATCH_RUN_MAX:
+            send(topic, out, partition)
+            out = []
+    if out:
+        send(topic, out, partition)
 
 
 def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:

@@ -11,9 +11,16 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from scheduler.domain import ScheduleSpec
-from scheduler.domain.bounds import check_payload
+from scheduler.domain.bounds import MAX_PAYLOAD_BYTES, check_payload
 from scheduler.processor.attempts import Attempt
-from scheduler.processor.model import TERMINAL, Entry, SpecParts, known_spec_parts, spec_parts_by
+from scheduler.processor.model import (
+    TERMINAL,
+    Entry,
+    SpecParts,
+    entry_rare_times,
+    known_spec_parts,
+    spec_parts_by,
+)
 from scheduler.processor.store import ScheduleRuntimeView, ShardStore
 from scheduler.processor.wire import lit
 from scheduler.records import (
@@ -36,6 +43,7 @@ from scheduler.records import (
 )
 from scheduler.records.avro_fast import Scanned
 from scheduler.records.schedule_scan import ScannedSchedule, scan_fields, spec_of_key
+from scheduler.records.schedule_write import schedule_and_version
 from scheduler.vocabulary import CommandKind, Lane
 
 _COMMAND_KINDS = frozenset(CommandKind)
@@ -245,15 +253,10 @@ def encode_schedule_change(
     bound of which occurrences a change cut off or let in.
     """
     now_ms = now * 1000
-    payload = check_payload(entry.payload)  # a stored payload over the limit raises, as a spec would
     spec_rec = None  # entry.spec()'s record without building that spec: the history's, when it has one
     if kind in (CommandKind.CREATE, CommandKind.UPDATE):
-        spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, payload)
-    sched = schedule_write.schedule(
-        entry.tenant, entry.schedule_id, entry.version, entry.state, _spec_key(entry.parts, spec_rec),
-        payload, entry.created_at_ms, now_ms, entry.effective_from * 1000, entry.idempotency_key,
-        entry.paused_at_ms, entry.resumed_at_ms, entry.last_request_id,
-    )
+        spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, check_payload(entry.payload))
+    sched, version = encode_schedule_and_version(entry, now_ms, spec_rec)
     hist = None
     if kind in _COMMAND_KINDS:  # a completion (the shard's own change) is no command: no history
         hist = encode(
@@ -270,9 +273,22 @@ def encode_schedule_change(
                 cursors=() if shard is None else tenant_cursors(shard, entry.tenant),
             )
         )
-    version = schedule_write.version(
-        entry.schedule_id, entry.tenant, entry.version, entry.state, now_ms,
-        # the last pause: workers refuse an occurrence that was pending through it
-        entry.paused_at_ms, entry.resumed_at_ms,
-    )
     return sched, hist, version
+
+
+def encode_schedule_and_version(
+    entry: Entry, now_ms: int, spec_rec: ScheduleSpecRecord | None = None
+) -> tuple[bytes, bytes]:
+    """The schedules and versions records of ``entry`` as it is now (a completion writes only
+    these: :func:`encode_schedule_change` adds the history record of a command). ``spec_rec``:
+    the record of its spec when the caller has one (it serves the spec key)."""
+    payload = entry.payload
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        check_payload(payload)  # a stored payload over the limit raises, as a spec would
+    rare, (created_ms, effective) = entry_rare_times(entry)
+    return schedule_and_version(
+        entry.tenant, entry.schedule_id, entry.version, entry.state, _spec_key(entry.parts, spec_rec),
+        payload, created_ms, now_ms, effective * 1000, entry.idempotency_key,
+        # the last pause: workers refuse an occurrence that was pending through it
+        rare.paused_at_ms, rare.resumed_at_ms, rare.last_request_id,
+    )

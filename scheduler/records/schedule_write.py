@@ -1,5 +1,6 @@
-"""The ``Schedule`` and ``VersionRecord`` records' fast write path: one of each per accepted
-change and per completed schedule (a burst of one-time schedules completes them all at once).
+"""The ``Schedule`` and ``VersionRecord`` records' fast write path (:func:`schedule_and_version`):
+one of each per accepted change and per completed schedule (a burst of one-time schedules
+completes them all at once).
 
 Through the record dataclasses and the generated writer, a schedule record costs a
 ``ScheduleSpecRecord`` built from the shared spec and two dataclass constructions. Here the spec
@@ -48,25 +49,22 @@ def spec_key(spec: ScheduleSpecRecord) -> bytes:
     return _key_writer(spec)
 
 
-def schedule(
+def schedule_and_version(
     tenant: str, schedule_id: str, version: int, state: str, key: bytes, payload: bytes,
     created_at_ms: int, updated_at_ms: int, effective_from_ms: int, idempotency_key: str | None,
     paused_at_ms: int | None, resumed_at_ms: int | None, last_request_id: str | None,
-) -> bytes:
-    """The ``Schedule`` record of these fields, its spec given as its :func:`spec_key` ``key`` and
-    ``payload``; ``state`` a symbol of ``ScheduleState`` (KeyError otherwise)."""
-    return _schedule_record(
-        HEADER, tenant, schedule_id, version, STATE_INDEX[state], key, payload, created_at_ms,
-        updated_at_ms, effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id,
-    )
-
-
-def version(
-    schedule_id: str, tenant: str, version: int, state: str, updated_at_ms: int, paused_at_ms: int | None,
-    resumed_at_ms: int | None,
-) -> bytes:
-    """The ``VersionRecord`` of these fields; ``state`` a symbol of ``ScheduleState``."""
-    return _version_record(
-        _VERSION_HEADER, schedule_id, tenant, version, STATE_INDEX[state], updated_at_ms, paused_at_ms,
-        resumed_at_ms,
+) -> tuple[bytes, bytes]:
+    """The ``Schedule`` and ``VersionRecord`` records of one change, in one call: what every
+    accepted change and completion writes (a burst of one-time schedules completes hundreds of
+    thousands). The spec is given as its :func:`spec_key` ``key`` and ``payload``; ``state`` a
+    symbol of ``ScheduleState`` (KeyError otherwise)."""
+    i = STATE_INDEX[state]
+    return (
+        _schedule_record(
+            HEADER, tenant, schedule_id, version, i, key, payload, created_at_ms, updated_at_ms,
+            effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id,
+        ),
+        _version_record(
+            _VERSION_HEADER, schedule_id, tenant, version, i, updated_at_ms, paused_at_ms, resumed_at_ms,
+        ),
     )
