@@ -28,10 +28,11 @@ def _topic(settings: Settings, admin_bootstrap: KafkaConnection, suffix: str, **
 
 
 def _read_all(
-    bootstrap: KafkaConnection, topic: str, *, isolation: str, expect: int, timeout_s: float = 20
+    bootstrap: KafkaConnection, topic: str, *, isolation: str, expect: int, timeout_s: float = 20,
+    partition: int = 0,
 ) -> list[bytes]:
     c = consumer(bootstrap, **{"isolation.level": isolation})
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, partition, 0)])
     out: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     try:

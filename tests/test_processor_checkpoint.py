@@ -266,3 +266,53 @@ def test_a_result_goes_to_its_shards_partition_not_its_keys(shard: int) -> None:
     assert len(results) == 7 and {p for _, _, p in results} == {shard}
     assert [k for _, k, _ in results][:2] == [b"r-1", b"r-2"]  # still keyed by request id
     cps.shutdown()
+
+
+class ValueRecorder(RecordingProducer):
+    """Records each record whole: (topic, key, value, partition)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[str, bytes | None, bytes | None, int]] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int = -1) -> None:
+        self.records.append((topic, key, value, partition))
+        super().produce(topic, value, key, partition)
+
+    def on(self, topic: str) -> list[bytes | None]:
+        return [k for t, k, _, _ in self.records if t == topic]
+
+
+def test_a_ticks_events_and_completions_go_to_each_tenants_topics_in_order() -> None:
+    """Events of tenants a, b, a: each tenant's on its own events topic, in order. Completions of
+    entries of both tenants: the processors' schedules topic gets all of them in order, each
+    tenant's schedules and versions topics its own entries' records (a run per topic each)."""
+    from scheduler.processor.model import Event
+    from scheduler.records import Schedule, VersionRecord, decode
+
+    producer = ValueRecorder()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    tenants = {"a": Tenant(name="a"), "b": Tenant(name="b")}
+    shard = Shard(0, tenants, partitions=1)
+    spec = ScheduleSpec(kind="cron", cron="0 * * * *", timezone="UTC", handler="h")
+    for tenant, sid in (("a", "a1"), ("b", "b1"), ("a", "a2")):
+        shard.apply(kind="CREATE", request_id=f"r-{sid}", tenant=tenant, schedule_id=sid,
+                    idempotency_key=None, expected_version=None, spec=spec, issued_at=T0 - 30, now=T0 - 30)
+    owned = OwnedShard(shard, producer, TopicPartition("ksched.shards", 0))  # type: ignore[arg-type]
+    cp = cps.open(owned, [], float(T0 + 1), Points())
+    cp.begin()
+    events = [Event(f"o-{sid}", sid, t, 1, T0, "SUCCEEDED") for t, sid in
+              (("a", "a1"), ("a", "a2"), ("b", "b1"), ("a", "a3"))]
+    cp.lifecycle(events, [], T0 + 1)
+    assert producer.on("ksched.occurrence-events.a") == [b"a1", b"a2", b"a3"]
+    assert producer.on("ksched.occurrence-events.b") == [b"b1"]
+    entries = [shard.entries[sid] for sid in ("a1", "b1", "a2")]
+    cp.completions(entries, T0 + 1)
+    assert producer.on("ksched.schedules") == [b"a1", b"b1", b"a2"]
+    for tenant, sids in (("a", ["a1", "a2"]), ("b", ["b1"])):
+        for name, kind in (("schedules", Schedule), ("versions", VersionRecord)):
+            got = [(k, v) for t, k, v, _ in producer.records if t == f"ksched.{name}.{tenant}"]
+            assert [k for k, _ in got] == [s.encode() for s in sids], name
+            assert [decode(v or b"", kind).schedule_id for _, v in got] == sids, name
+    assert {p for *_, p in producer.records} == {0}
+    cps.shutdown()

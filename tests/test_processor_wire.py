@@ -116,10 +116,16 @@ def test_a_change_and_its_version_are_the_codecs_records_whatever_the_spec_key_c
             expected_version=None, spec=None, issued_at=T0 - 10, now=T0 - 10)
     s.apply(kind="CANCEL", request_id="c", tenant="a", schedule_id="s04", idempotency_key=None,
             expected_version=None, spec=None, issued_at=T0 - 5, now=T0 - 5)
+    s.apply(kind="PAUSE", request_id="p5", tenant="a", schedule_id="s05", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=T0 - 9, now=T0 - 9)
+    s.apply(kind="RESUME", request_id="r5", tenant="a", schedule_id="s05", idempotency_key=None,
+            expected_version=None, spec=None, issued_at=T0 - 4, now=T0 - 4)
+    resumed = s.entries["s05"]
+    assert resumed.paused_at_ms and resumed.resumed_at_ms and resumed.last_request_id == "r5"
     for clear in (True, False, True):
         if clear:
             wire_state._SPEC_KEYS.clear()
-        for sid in ("s00", "s01", "s03", "s04"):
+        for sid in ("s00", "s01", "s03", "s04", "s05"):
             e = s.entries[sid]
             for kind in ("CREATE", "PAUSE", wire_state.COMPLETION):
                 sched, _, version = wire_state.encode_schedule_change(e, kind, "r", T0)

@@ -113,14 +113,17 @@ def produce_run(producer: Producer, topic: str, messages: Messages, partition: i
     call: about a third less CPU a record than ``produce()`` each, measured on a transactional
     producer (docs/decisions.md). Like :func:`produce_waiting`, never drops a record.
 
-    A record the client's queue had no room for is marked refused, and librdkafka goes on with the
-    next, which room freed meanwhile may let in. Refused records that are the run's tail are
-    produced again one by one, waiting for room: the order holds. A refused record followed by a
-    queued one has lost its place in the partition's order: that raises KafkaException, as any
-    other refusal does (the caller's transaction must not commit; the processor gives the shard
-    up and rebuilds it)."""
-    if producer.produce_batch(topic, messages, partition=partition) == len(messages):
-        return
+    librdkafka marks each record it refuses. A full queue refuses the rest of the batch with it
+    (librdkafka's ``rd_kafka_produce_batch``), so those are the run's tail: they are produced again
+    one by one, waiting for room, and the order holds. Any other refusal, or a record queued after
+    a refused one (the order lost, which librdkafka is not known to do: a guard), raises
+    KafkaException, as ``produce()`` raises its refusals: the caller's transaction must not commit
+    (the processor gives the shard up and rebuilds it)."""
+    try:
+        if producer.produce_batch(topic, messages, partition=partition) == len(messages):
+            return
+    except BufferError as exc:  # documented, not raised by 2.16's C code: which records went is unknown
+        raise KafkaException(KafkaError(KafkaError._QUEUE_FULL, f"produce_batch: {exc}")) from exc
     first = next(i for i, m in enumerate(messages) if "_error" in m)
     tail = messages[first:]
     for m in tail:

@@ -141,7 +141,7 @@ def shared_times(created_at_ms: int, effective_from: int) -> tuple[int, int]:
     return got
 
 
-class _Rare:
+class RareFields:
     """The fields of an entry that most schedules never set, behind one slot of the entry."""
 
     __slots__ = ("finished_at", "last_request_id", "paused_at_ms", "resumed_at_ms")
@@ -156,7 +156,7 @@ class _Rare:
         self.finished_at = finished_at
 
 
-_NO_RARE = _Rare(None, None, None, None)  # read through when an entry has none; never written
+_NO_RARE = RareFields(None, None, None, None)  # read through when an entry has none; never written
 
 
 class _RareField(Generic[_T]):
@@ -175,7 +175,7 @@ class _RareField(Generic[_T]):
         if e._rare is _NO_RARE:
             if value is None:
                 return
-            e._rare = _Rare(None, None, None, None)
+            e._rare = RareFields(None, None, None, None)
         setattr(e._rare, self.name, value)
 
 
@@ -248,7 +248,7 @@ class Entry:
         if paused_at_ms is None and resumed_at_ms is None and last_request_id is None and finished_at is None:
             self._rare = _NO_RARE
         else:
-            self._rare = _Rare(paused_at_ms, resumed_at_ms, last_request_id, finished_at)
+            self._rare = RareFields(paused_at_ms, resumed_at_ms, last_request_id, finished_at)
         self.armed_at: int | None = None
         self.next_for: int | None = None
         self.prepared: bytes | None = None
@@ -295,7 +295,7 @@ class Entry:
         return f"Entry({self.schedule_id!r} v{self.version} {self.state} next={self.next_for})"
 
 
-entry_rare_times: Callable[[Entry], tuple[_Rare, tuple[int, int]]] = attrgetter("_rare", "_times")
+entry_rare_times: Callable[[Entry], tuple[RareFields, tuple[int, int]]] = attrgetter("_rare", "_times")
 """An entry's ``(rare, (created_at_ms, effective_from))``: ``rare`` has the attributes
 ``paused_at_ms``, ``resumed_at_ms``, ``last_request_id`` and ``finished_at``. For the encoders of a
 burst's records, read in C: the properties cost a Python frame per field."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.domain import occurrence_id
 from scheduler.processor.attempts import Attempt
@@ -27,6 +27,9 @@ from scheduler.records import (
 )
 from scheduler.records.dispatch import avro_long, dispatch_ids, dispatch_record, dispatch_run, lane_index
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
+
+if TYPE_CHECKING:  # the type only: no Kafka here
+    from scheduler.kafka.clients import Messages
 
 MAX_REASON_CHARS = 2000
 LANE_NAMES: tuple[LaneSymbol, ...] = tuple(lane_symbol(lane) for lane in Lane)  # by Lane value
@@ -76,7 +79,7 @@ def encode_dispatch(
                            o.payload, None)
 
 
-Send = Callable[[str, list[dict[str, bytes]], int], None]
+Send = Callable[[str, "Messages", int], None]
 """``send(topic, messages, partition)``: hands ``[{"value": …, "key": …}, …]`` to the client in
 order (:func:`scheduler.kafka.clients.produce_run`)."""
 
@@ -101,7 +104,7 @@ def produce_dispatch(
     topic, header = "", b""
     runs: dict[int, bytes] = {}  # by version: the runs of one tenant's occurrences due at (f, avail)
     run_f = run_a = -1
-    out: list[dict[str, bytes]] = []
+    out: Messages = []
     for occ in occs:
         sid, tenant, version, f, avail, lane, handler, payload, attempt, ids = occ  # DueOccurrence, in order
         if tenant is not last:  # a tick's dispatch comes in runs of one tenant
