@@ -60,3 +60,26 @@ def test_bench_workers_with_daily_schedules_measures_the_reports_alone(
     assert r["applied_ahead_s"] > 0
     assert r["broker_bytes_per_occurrence_reported"].get("versions", 0) == 0
     assert r["processor_cpu_us_per_report"] > 0
+
+
+@pytest.mark.slow
+def test_bench_workers_held_times_the_processor_applying_queued_reports(
+    kafka_settings: Settings, tmp_path: Path
+) -> None:
+    """``--held``: the processor is stopped while the worker drains, then resumed with every
+    report queued; it applies them all (no rebalance on the way) and nothing runs twice."""
+    out = tmp_path / "workers.json"
+    cmd = [
+        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
+        "--store", "memory", "--no-kill", "--drain", "--held", "--json", str(out),
+    ]
+    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+    r = json.loads(out.read_text())
+    assert r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
+    assert r["held_reports_queued"] >= 300  # every final report waited for the processor
+    assert r["held_reports_applied"] >= r["held_reports_queued"] - r["partitions"]  # markers aside
+    assert r["held_reports_per_s"] > 0 and r["held_processor_cpu_us_per_report"] > 0
+    bad = [sys.executable, "-m", "scheduler", "bench", "workers", "--held", "--json", str(out)]
+    refused = subprocess.run(bad, env=os.environ.copy(), capture_output=True, timeout=120)
+    assert refused.returncode != 0 and b"give --drain too" in refused.stderr

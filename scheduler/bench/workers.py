@@ -85,6 +85,10 @@ def register(sub: Any) -> None:
                    help="once: one-time schedules, each completed by its occurrence (its COMPLETED records "
                         "are written as its report is applied); cron: daily schedules due at the instant "
                         "(rounded up to a whole minute), which complete nothing: the reports alone")
+    p.add_argument("--held", action="store_true",
+                   help="with --drain: the processor is stopped (SIGSTOP) while the workers drain, then "
+                        "resumed with every report queued, and timed applying them: its capacity "
+                        "(held_reports_per_s, held_processor_cpu_us_per_report)")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
@@ -130,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.tenants import Tenant
     from scheduler.topology import topic_name
 
+    _check(args)
     n = args.occurrences
     n2 = (args.second_size or n) if args.second_burst is not None else 0
     total = n + n2
@@ -140,14 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     db = tmp / "effects.db"
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE bench_effects (occurrence_id TEXT)")
-    env = {
-        **space.env,
-        "KSCHED_BENCH_DB": str(db),
-        "KSCHED_BENCH_DIR": str(tmp),
-        "KSCHED_BENCH_STORE": args.store,
-        "KSCHED_BENCH_HANDLER": args.handler_kind,
-        "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
+    env = _env(args, space.env, tmp, db)
     reports = consumer(settings.kafka())
     t_commands = topic_name(settings, "commands", TENANT)
     reports.assign([TopicPartition(t_commands, p, 0) for p in range(settings.partitions)])
@@ -183,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu_before = sum(sampler.cpu.values())
         if args.drain:
             sampler.cpu.clear()
-            _wait_dispatched(settings, total)
+            _wait_dispatched(settings, total, proc if args.held else None)
             print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
             workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
             cpu_before = startup_cpu * len(workers)
@@ -211,6 +209,7 @@ def _run(args: argparse.Namespace) -> int:
                 workers[0] = _worker(env, args.concurrency)
                 killed = True
                 print(f"killed a worker at {done:,} succeeded; started another")
+        held = _apply_held(proc, sampler) if args.held else {}
         time.sleep(2)  # the processor commits the last reports it read
         sampler.sample(workers, len(e2e) + len(e2e_second), force=True)  # the workers' CPU at the end
         proc_cpu_s = cpu_seconds([proc.pid]) - proc_cpu_before
@@ -255,6 +254,7 @@ def _run(args: argparse.Namespace) -> int:
         "handler": args.handler_kind,
         "kind": args.kind,
         "concurrency_per_worker": args.concurrency,
+        **held,
     }
     if n2:
         second_lag = sorted(lag[second_ms])
@@ -279,6 +279,26 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _check(args: argparse.Namespace) -> None:
+    """Options that only make sense together, refused before anything is created."""
+    if args.held and not args.drain:
+        raise SystemExit("--held measures the processor with every report queued: give --drain too")
+
+
+def _env(args: argparse.Namespace, base: dict[str, str], tmp: Path, db: Path) -> dict[str, str]:
+    """The processor's and workers' environment: the bench's namespace, its handlers and store."""
+    return {
+        **base,
+        # --held: the stopped processor keeps its shards (no rebalance, no restore in the figure)
+        **({"KSCHED_PROCESSOR_SESSION_TIMEOUT_MS": "300000"} if args.held else {}),
+        "KSCHED_BENCH_DB": str(db),
+        "KSCHED_BENCH_DIR": str(tmp),
+        "KSCHED_BENCH_STORE": args.store,
+        "KSCHED_BENCH_HANDLER": args.handler_kind,
+        "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+
+
 def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
     """CPU seconds ``worker`` took to start: read once it has used under 20 ms in half a second."""
     import psutil
@@ -296,8 +316,38 @@ def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
     raise SystemExit(f"a worker was still starting after {timeout_s:.0f} s")
 
 
-def _wait_dispatched(settings: Any, n: int) -> None:
-    """Block until ``n`` committed records are on the bench tenant's dispatch topic."""
+def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, quiet_s: float = 3.0) -> dict[str, Any]:
+    """Resume the stopped processor, every report queued, and time it applying them: until its
+    group's committed offsets last moved, read until they stop moving for ``quiet_s`` (a
+    partition's last transaction marker is never consumed, so the backlog may end at a marker or
+    two). Its rate and its CPU per report over the same span."""
+    from scheduler.bench.common import cpu_seconds
+
+    queued = sampler.backlog() or 0
+    cpu0, t0 = cpu_seconds([proc.pid]), time.monotonic()
+    proc.send_signal(signal.SIGCONT)
+    last, t_last, cpu_last = queued, t0, cpu0
+    while last and time.monotonic() - t_last < quiet_s:
+        time.sleep(0.05)
+        left = sampler.backlog()
+        if left is not None and left < last:  # CPU read with each step: not the quiet wait's
+            last, t_last, cpu_last = left, time.monotonic(), cpu_seconds([proc.pid])
+    cpu_s = cpu_last - cpu0
+    applied = queued - last
+    span = t_last - t0
+    print(f"held: {applied:,} of {queued:,} queued reports applied in {span:.2f}s after SIGCONT")
+    return {
+        "held_reports_queued": queued,
+        "held_reports_applied": applied,
+        "held_apply_s": span,
+        "held_reports_per_s": applied / span if span > 0 else None,
+        "held_processor_cpu_us_per_report": 1e6 * cpu_s / applied if applied else None,
+    }
+
+
+def _wait_dispatched(settings: Any, n: int, stop: subprocess.Popen[bytes] | None = None) -> None:
+    """Block until ``n`` committed records are on the bench tenant's dispatch topic; then SIGSTOP
+    ``stop`` (the processor, --held) once its last transaction has had a second to commit."""
     from confluent_kafka import TopicPartition
 
     from scheduler.kafka.clients import consumer
@@ -312,6 +362,9 @@ def _wait_dispatched(settings: Any, n: int) -> None:
             seen += sum(1 for m in c.consume(10_000, 0.5) if m.error() is None)
     finally:
         c.close()
+    if stop is not None:
+        time.sleep(1.0)
+        stop.send_signal(signal.SIGSTOP)
 
 
 def _effects(store: str, db: Path, folder: Path) -> tuple[int, int]:

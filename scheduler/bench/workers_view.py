@@ -37,6 +37,13 @@ class Sampler:
                 self.cpu[w.pid] = t.user + t.system
             except psutil.Error:
                 pass
+        backlog = self.backlog()
+        if backlog is not None:  # None: a loaded broker; this point is missing from the plot
+            self.over_time.append((now, succeeded, backlog))
+
+    def backlog(self) -> int | None:
+        """The commands records past the processor group's committed offsets; None when the
+        broker did not answer (the reason printed)."""
         from confluent_kafka import KafkaException
 
         backlog = 0
@@ -44,10 +51,10 @@ class Sampler:
             for tp in self.group.committed(self.tps, timeout=5):
                 _, high = self.group.get_watermark_offsets(tp, timeout=5)
                 backlog += max(0, high - max(tp.offset, 0))
-        except KafkaException as exc:  # a loaded broker: this point is missing from the plot, the run goes on
+        except KafkaException as exc:
             print(f"backlog sample skipped: {exc}", file=sys.stderr)
-            return
-        self.over_time.append((now, succeeded, backlog))
+            return None
+        return backlog
 
 
 def plot(
