@@ -166,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     e2e_second: dict[str, float] = {}
     second_ms = 0
     t0 = time.monotonic()
-    proc_cpu_before = 0.0
+    proc_cpu_before = stopped_at = 0.0
     bytes_before: dict[str, int] = {}
     try:
         if wait_restored(metrics_port, settings.partitions, 120) is None:
@@ -181,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu_before = sum(sampler.cpu.values())
         if args.drain:
             sampler.cpu.clear()
-            _wait_dispatched(settings, total, proc if args.held else None)
+            stopped_at = _wait_dispatched(settings, total, proc if args.held else None)
             print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
             workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
             cpu_before = startup_cpu * len(workers)
@@ -209,12 +209,13 @@ def _run(args: argparse.Namespace) -> int:
                 workers[0] = _worker(env, args.concurrency)
                 killed = True
                 print(f"killed a worker at {done:,} succeeded; started another")
-        held = _apply_held(proc, sampler) if args.held else {}
+        held = _apply_held(proc, sampler, stopped_at) if args.held else {}
         time.sleep(2)  # the processor commits the last reports it read
         sampler.sample(workers, len(e2e) + len(e2e_second), force=True)  # the workers' CPU at the end
         proc_cpu_s = cpu_seconds([proc.pid]) - proc_cpu_before
         bytes_after = topic_bytes(settings)
     finally:
+        proc.send_signal(signal.SIGCONT)  # --held: a stopped process would not act on SIGTERM
         stop_all([*workers, proc])
         reports.close()
         group.close()
@@ -316,27 +317,48 @@ def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
     raise SystemExit(f"a worker was still starting after {timeout_s:.0f} s")
 
 
-def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, quiet_s: float = 3.0) -> dict[str, Any]:
+TXN_TIMEOUT_S = 30  # the processor's transaction.timeout.ms (processor/ownership.py)
+
+
+def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, quiet_s: float = 3.0,
+                timeout_s: float = 120.0) -> dict[str, Any]:
     """Resume the stopped processor, every report queued, and time it applying them: until its
-    group's committed offsets last moved, read until they stop moving for ``quiet_s`` (a
-    partition's last transaction marker is never consumed, so the backlog may end at a marker or
-    two). Its rate and its CPU per report over the same span."""
+    group's committed offsets last moved, read until they have not moved for ``quiet_s`` of
+    answered polls. The commands topic has no transactional writer (no markers): the backlog
+    ends at 0 unless the processor stalls. ``held_reports_*`` count the topic's records: the
+    final reports (with ``--handler plain`` also the STARTED ones). Its rate and its CPU per
+    record over the same span."""
     from scheduler.bench.common import cpu_seconds
 
-    queued = sampler.backlog() or 0
+    queued = None
+    deadline = time.monotonic() + timeout_s
+    while queued is None and time.monotonic() < deadline:
+        queued = sampler.backlog()
+    if queued is None:
+        raise SystemExit("--held: the broker did not answer the processor group's offsets")
+    pause_s = time.monotonic() - stopped_at
+    if pause_s > TXN_TIMEOUT_S - 5:  # a transaction open at the SIGSTOP is aborted: the figure has a rebuild
+        print(f"warning: the processor was stopped {pause_s:.0f}s, near or past its {TXN_TIMEOUT_S}s "
+              "transaction timeout: its figure may include a shard given up and restored")
     cpu0, t0 = cpu_seconds([proc.pid]), time.monotonic()
     proc.send_signal(signal.SIGCONT)
-    last, t_last, cpu_last = queued, t0, cpu0
-    while last and time.monotonic() - t_last < quiet_s:
+    last, t_last, cpu_last, quiet_from = queued, t0, cpu0, t0
+    while last and time.monotonic() - quiet_from < quiet_s and time.monotonic() < deadline:
         time.sleep(0.05)
+        asked = time.monotonic()
         left = sampler.backlog()
-        if left is not None and left < last:  # CPU read with each step: not the quiet wait's
-            last, t_last, cpu_last = left, time.monotonic(), cpu_seconds([proc.pid])
+        if left is None:  # unanswered: not part of the quiet window
+            quiet_from += time.monotonic() - asked
+        elif left < last:  # timed when asked; the CPU read with each step, not the quiet wait's
+            last, t_last, cpu_last, quiet_from = left, asked, cpu_seconds([proc.pid]), asked
     cpu_s = cpu_last - cpu0
     applied = queued - last
     span = t_last - t0
     print(f"held: {applied:,} of {queued:,} queued reports applied in {span:.2f}s after SIGCONT")
+    if last:
+        print(f"warning: {last:,} reports were still queued when the processor's offsets stopped moving")
     return {
+        "held_pause_s": pause_s,
         "held_reports_queued": queued,
         "held_reports_applied": applied,
         "held_apply_s": span,
@@ -345,9 +367,10 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, quiet_s: float = 3.
     }
 
 
-def _wait_dispatched(settings: Any, n: int, stop: subprocess.Popen[bytes] | None = None) -> None:
+def _wait_dispatched(settings: Any, n: int, stop: subprocess.Popen[bytes] | None = None) -> float:
     """Block until ``n`` committed records are on the bench tenant's dispatch topic; then SIGSTOP
-    ``stop`` (the processor, --held) once its last transaction has had a second to commit."""
+    ``stop`` (the processor, --held) once its last transaction has had a second to commit.
+    Returns when it was stopped (monotonic)."""
     from confluent_kafka import TopicPartition
 
     from scheduler.kafka.clients import consumer
@@ -365,6 +388,7 @@ def _wait_dispatched(settings: Any, n: int, stop: subprocess.Popen[bytes] | None
     if stop is not None:
         time.sleep(1.0)
         stop.send_signal(signal.SIGSTOP)
+    return time.monotonic()
 
 
 def _effects(store: str, db: Path, folder: Path) -> tuple[int, int]:
