@@ -9,10 +9,25 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from scheduler.settings import Settings
+
+
+def _bench(tmp_path: Path, *options: str) -> dict[str, Any]:
+    """``ksched bench workers`` at 300 occurrences, one worker, in-memory store, none killed: its JSON."""
+    out = tmp_path / "workers.json"
+    cmd = [
+        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
+        "--store", "memory", "--no-kill", *options, "--json", str(out),
+    ]
+    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
+    assert out.with_suffix(".png").stat().st_size > 0
+    r: dict[str, Any] = json.loads(out.read_text())
+    return r
 
 
 @pytest.mark.slow
@@ -20,15 +35,7 @@ from scheduler.settings import Settings
 def test_bench_workers_loads_before_the_instant_and_measures_a_second_burst(
     kafka_settings: Settings, tmp_path: Path, drain: bool
 ) -> None:
-    out = tmp_path / "workers.json"
-    cmd = [
-        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
-        "--store", "memory", "--no-kill", "--second-burst", "4", "--json", str(out),
-        *(["--drain"] if drain else []),
-    ]
-    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
-    r = json.loads(out.read_text())
+    r = _bench(tmp_path, "--second-burst", "4", *(["--drain"] if drain else []))
     assert r["succeeded"] == r["occurrences"] == 600 and r["duplicate_effects"] == 0
     assert r["applied_ahead_s"] > 0  # every create applied before the first instant
     assert r["load_s"] > 0 and r["calibrated_rate_per_s"] > 0
@@ -39,7 +46,6 @@ def test_bench_workers_loads_before_the_instant_and_measures_a_second_burst(
     assert r["second_lag_p99_s"] < 5  # the second burst on time behind the first one's reports
     if drain:  # the workers start once both bursts are dispatched: the reports' cost alone
         assert r["processor_cpu_us_per_report"] > 0
-    assert out.with_suffix(".png").stat().st_size > 0
 
 
 @pytest.mark.slow
@@ -48,14 +54,7 @@ def test_bench_workers_with_daily_schedules_measures_the_reports_alone(
 ) -> None:
     """``--kind cron``: daily schedules due at a whole minute; their reports complete nothing, so
     no version record is written while they are applied (one-time schedules write one each)."""
-    out = tmp_path / "workers.json"
-    cmd = [
-        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
-        "--store", "memory", "--no-kill", "--drain", "--kind", "cron", "--json", str(out),
-    ]
-    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
-    r = json.loads(out.read_text())
+    r = _bench(tmp_path, "--drain", "--kind", "cron")
     assert r["kind"] == "cron" and r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
     assert r["applied_ahead_s"] > 0
     assert r["broker_bytes_per_occurrence_reported"].get("versions", 0) == 0
@@ -68,19 +67,12 @@ def test_bench_workers_held_times_the_processor_applying_queued_reports(
 ) -> None:
     """``--held``: the processor is stopped while the worker drains, then resumed with every
     report queued; it applies them all (no rebalance on the way) and nothing runs twice."""
-    out = tmp_path / "workers.json"
-    cmd = [
-        sys.executable, "-m", "scheduler", "bench", "workers", "--occurrences", "300", "--processes", "1",
-        "--store", "memory", "--no-kill", "--drain", "--held", "--json", str(out),
-    ]
-    done = subprocess.run(cmd, env=os.environ.copy(), capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stdout.decode()[-2000:] + done.stderr.decode()[-2000:]
-    r = json.loads(out.read_text())
+    r = _bench(tmp_path, "--drain", "--held")
     assert r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
     assert r["held_reports_queued"] >= 300  # every final report waited for the processor
     assert r["held_reports_applied"] == r["held_reports_queued"]  # no transactional writer: no markers
     assert 0 < r["held_pause_s"] < 25  # well within the processor's 30 s transaction timeout
     assert r["held_reports_per_s"] > 0 and r["held_processor_cpu_us_per_report"] > 0
-    bad = [sys.executable, "-m", "scheduler", "bench", "workers", "--held", "--json", str(out)]
+    bad = [sys.executable, "-m", "scheduler", "bench", "workers", "--held", "--json", str(tmp_path / "x")]
     refused = subprocess.run(bad, env=os.environ.copy(), capture_output=True, timeout=120)
     assert refused.returncode != 0 and b"give --drain too" in refused.stderr
