@@ -39,9 +39,14 @@ class Log:
             self.change(s, o.entry, o.kind, o.request_id, now)
         return o
 
+    def complete(self, e: Entry, now: int) -> None:
+        """What Checkpoint.completions writes: the schedule's record, no history record."""
+        sched, _ = wire_state.encode_schedule_and_version(e, now * 1000)
+        self.recs.append((e.schedule_id, sched, None))
+
     def tick(self, s: Shard, out: TickOutput, now: int) -> TickOutput:
         for e in out.completed:  # Checkpoint.due's order: completions, then tombstones
-            self.change(s, e, wire_state.COMPLETION, f"complete-{e.schedule_id}", now)
+            self.complete(e, now)
         for e in out.purged:
             self.recs.append((e.schedule_id, None, None))
         return out
@@ -83,7 +88,7 @@ def cmd(s: Shard, log: Log, kind: str, sid: str, now: int, spec: ScheduleSpec | 
         expected: int | None = None) -> CommandOutcome:
     prior = s.take_completion(sid)  # what Inbox._command writes first
     if prior is not None:
-        log.change(s, prior, wire_state.COMPLETION, f"complete-{sid}", now)
+        log.complete(prior, now)
     o = s.apply(kind=kind, request_id=f"{kind}-{sid}-{now}", tenant="a", schedule_id=sid,
                 idempotency_key=None, expected_version=expected, spec=spec, issued_at=now, now=now)
     return log.command(s, o, now)

@@ -127,8 +127,11 @@ def test_a_change_and_its_version_are_the_codecs_records_whatever_the_spec_key_c
             wire_state._SPEC_KEYS.clear()
         for sid in ("s00", "s01", "s03", "s04", "s05"):
             e = s.entries[sid]
-            for kind in ("CREATE", "PAUSE", wire_state.COMPLETION):
-                sched, _, version = wire_state.encode_schedule_change(e, kind, "r", T0)
+            for kind in ("CREATE", "PAUSE", None):  # None: a completion's records
+                if kind is None:
+                    sched, version = wire_state.encode_schedule_and_version(e, T0 * 1000)
+                else:
+                    sched, _, version = wire_state.encode_schedule_change(e, kind, "r", T0)
                 assert sched == encode(Schedule(
                     tenant=e.tenant, schedule_id=e.schedule_id, version=e.version, state=e.state,  # type: ignore[arg-type]
                     spec=ScheduleSpecRecord.from_domain(e.spec()), created_at_ms=e.created_at_ms,

@@ -225,7 +225,7 @@ class Checkpoint:
 
     def schedule_change(self, entry: Entry, kind: str, request_id: str, now: int) -> None:
         """The schedules (the processors' and the tenant's copy), history and versions records of
-        an accepted change (or a completion)."""
+        an accepted command's change (a completion's: :meth:`completions`)."""
         self._at(PRODUCE)
         topics, key = self._registry.topics, entry.schedule_id.encode()
         sched, hist, version = wire_state.encode_schedule_change(
@@ -233,8 +233,7 @@ class Checkpoint:
         )
         self._produce(topics.schedules, sched, key, self._p)
         self._produce(topics.of("schedules", entry.tenant), sched, key, self._p)
-        if hist is not None:
-            self._produce(topics.history, hist, key, self._p)
+        self._produce(topics.history, hist, key, self._p)
         self._produce(topics.of("versions", entry.tenant), version, key, self._p)
 
     def completions(self, entries: list[Entry], now: int) -> None:

@@ -46,9 +46,7 @@ from scheduler.records.schedule_scan import ScannedSchedule, scan_fields, spec_o
 from scheduler.records.schedule_write import schedule_and_version
 from scheduler.vocabulary import CommandKind, Lane
 
-_COMMAND_KINDS = frozenset(CommandKind)
 _ON_TIME = (Lane.STRICT, Lane.FLEXIBLE)
-COMPLETION = "COMPLETE"  # the kind of the shard's own change of a schedule: it has no fire time left
 
 
 def shard_state_key(p: int) -> bytes:
@@ -244,8 +242,9 @@ def _entry(f: Scanned | tuple[Any, ...], parts: SpecParts) -> Entry:
 
 def encode_schedule_change(
     entry: Entry, kind: str, request_id: str, now: int, shard: ShardStore | None = None
-) -> tuple[bytes, bytes | None, bytes]:
-    """The schedules, history and versions records of an accepted change (or a completion).
+) -> tuple[bytes, bytes, bytes]:
+    """The schedules, history and versions records of an accepted command's change (a
+    completion, the shard's own change, has no history record: :func:`encode_schedule_and_version`).
 
     The schedules record is rebuilt from the entry (its spec is the shared base
     plus its payload), so the shard keeps no copy of the record. The history record carries
@@ -257,22 +256,20 @@ def encode_schedule_change(
     if kind in (CommandKind.CREATE, CommandKind.UPDATE):
         spec_rec = ScheduleSpecRecord.from_domain(entry.parts.base, check_payload(entry.payload))
     sched, version = encode_schedule_and_version(entry, now_ms, spec_rec)
-    hist = None
-    if kind in _COMMAND_KINDS:  # a completion (the shard's own change) is no command: no history
-        hist = encode(
-            ScheduleHistoryEntry(
-                schedule_id=entry.schedule_id,
-                tenant=entry.tenant,
-                version=entry.version,
-                command=kind,  # type: ignore[arg-type]
-                request_id=request_id,
-                spec=spec_rec,
-                state=lit(entry.state),  # type: ignore[arg-type]
-                applied_at_ms=now_ms,
-                effective_from_ms=entry.effective_from * 1000,
-                cursors=() if shard is None else tenant_cursors(shard, entry.tenant),
-            )
+    hist = encode(
+        ScheduleHistoryEntry(
+            schedule_id=entry.schedule_id,
+            tenant=entry.tenant,
+            version=entry.version,
+            command=kind,  # type: ignore[arg-type]
+            request_id=request_id,
+            spec=spec_rec,
+            state=lit(entry.state),  # type: ignore[arg-type]
+            applied_at_ms=now_ms,
+            effective_from_ms=entry.effective_from * 1000,
+            cursors=() if shard is None else tenant_cursors(shard, entry.tenant),
         )
+    )
     return sched, hist, version
 
 
