@@ -21,7 +21,10 @@ import argparse
 import gc
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler.kafka.clients import Messages
 
 
 def register(sub: Any) -> None:
@@ -97,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     def produce(_topic: str, _value: bytes, _key: bytes, partition: int = -1) -> None:
         pass
 
-    def send(_topic: str, _messages: list[dict[str, bytes]], _partition: int) -> None:
+    def send(_topic: str, _messages: Messages, _partition: int) -> None:
         pass
 
     stamp = wire.dispatch_stamp(due * 1000)

@@ -27,7 +27,10 @@ import gc
 import secrets
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler.kafka.clients import Messages
 
 from scheduler.bench.fire import _TENANT, _trim, create
 
@@ -48,7 +51,7 @@ class _CountingProducer:
     ) -> None:
         self.counts[topic] = self.counts.get(topic, 0) + 1
 
-    def produce_batch(self, topic: str, messages: list[dict[str, bytes]], partition: int = -1) -> int:
+    def produce_batch(self, topic: str, messages: Messages, partition: int = -1) -> int:
         self.counts[topic] = self.counts.get(topic, 0) + len(messages)
         return len(messages)
 

@@ -334,6 +334,8 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
     deadline = time.monotonic() + timeout_s
     while queued is None and time.monotonic() < deadline:
         queued = sampler.backlog()
+        if queued is None:
+            time.sleep(0.5)  # the broker is loaded: do not ask it again at once
     if queued is None:
         raise SystemExit("--held: the broker did not answer the processor group's offsets")
     pause_s = time.monotonic() - stopped_at
