@@ -94,6 +94,11 @@ def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: 
                "SUCCEEDED", rep.error_message, rep.attempt)
     record = (rs.STATE_INDEX, rep.reported_at_ms, b"H", ev)
     assert compiled.event_record(*record) == pure.event_record(*record)
+    # a batch's events in tenant runs: the same records and the same end of each run
+    events = [ev, ev._replace(tenant=ev.tenant + "x"), ev, ev]
+    for start in (0, 1, 2):
+        run = (rs.STATE_INDEX, rep.reported_at_ms, b"H", events, start)
+        assert compiled.event_run(*run) == pure.event_run(*run)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import astuple
+from itertools import groupby
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,3 +100,27 @@ def test_the_processors_event_writes_what_the_codec_writes(
                           scheduled_for_ms=sf * 1000, state=state, attempt=attempt, reason=reason,  # type: ignore[arg-type]
                           at_ms=now * 1000)
     assert encode_event(Event(oid, sid, tenant, version, sf, state, reason, attempt), now) == encode(rec)
+
+
+@exact
+@given(
+    tenants=st.lists(st.sampled_from(["a", "b", "ü"]), min_size=1, max_size=30),
+    sid=text, now=st.integers(min_value=0, max_value=2**40),
+)
+def test_a_batchs_events_go_out_in_tenant_runs_each_record_the_codecs(
+    tenants: list[str], sid: str, now: int
+) -> None:
+    """``wire.event_runs``: every event once, in order, in maximal runs of one tenant, each to its
+    tenant's topic with its header, each record what ``encode_event`` writes, keyed by its schedule."""
+    from scheduler.processor.model import Event
+    from scheduler.processor.wire import encode_event, event_runs
+    from scheduler.records.codec import schema_header
+
+    header = schema_header(OccurrenceEvent)
+    events = [Event(f"o{i}", f"{sid}{i}", t, 1, 60 * i, "SUCCEEDED", None, 1) for i, t in enumerate(tenants)]
+    runs = list(event_runs(events, now, lambda t: (f"events.{t}", header)))
+    assert [topic for topic, _ in runs] == [f"events.{t}" for i, t in enumerate(tenants)
+                                            if i == 0 or tenants[i - 1] != t]
+    written = [m for _, run in runs for m in run]
+    assert written == [{"value": encode_event(ev, now), "key": ev.schedule_id.encode()} for ev in events]
+    assert [len(run) for _, run in runs] == [len(list(g)) for _, g in groupby(tenants)]  # maximal runs

@@ -265,19 +265,7 @@ class Checkpoint:
         self._at(PRODUCE)
         topics, shard, p, counts = self._registry.topics, self.owned.shard, self._p, self.events
         producer = self.owned.producer
-        encode, events_of = wire.event_encoder(now), topics.events_of
-        last, topic, header = None, "", b""
-        run: Messages = []
-        for ev in events:  # one per report applied: locals only, as in due()
-            _, sid, tenant, _, _, _, _, _ = ev
-            if tenant != last:  # a batch's events come in runs of one tenant: a produce_batch each
-                if run:
-                    produce_run(producer, topic, run, p)
-                    run = []
-                last = tenant
-                topic, header = events_of(tenant)
-            run.append({"value": encode(header, ev), "key": sid.encode()})
-        if run:
+        for topic, run in wire.event_runs(events, now, topics.events_of):  # a produce_batch a tenant's run
             produce_run(producer, topic, run, p)
         if events:  # counted in C, not per event here (a Counter costs ~1 µs, even an empty one)
             for k, n in Counter(map(_TENANT_STATE, events)).items():

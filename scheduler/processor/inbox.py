@@ -12,6 +12,8 @@ INTERNAL (a command) or ignored (a report), the shard then rebuilt from Kafka af
 from __future__ import annotations
 
 import logging
+from itertools import groupby
+from operator import methodcaller
 
 from confluent_kafka import Message
 from prometheus_client import Counter
@@ -20,6 +22,7 @@ from scheduler.domain import ScheduleSpec
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.checkpoint import Checkpoint, Topics
 from scheduler.processor.lifecycle import apply as apply_report
+from scheduler.processor.lifecycle import succeeded_intake
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.model import Event
 from scheduler.processor.shard import CommandOutcome, Shard
@@ -27,7 +30,7 @@ from scheduler.records import AttemptReport, RecordDecodeError, ScheduleCommand,
 from scheduler.records.avro_fast import ScannedReport
 from scheduler.records.report_scan import fields_of, scan
 from scheduler.tenants import Tenant
-from scheduler.vocabulary import RejectCode
+from scheduler.vocabulary import AttemptReportKind, RejectCode
 
 log = logging.getLogger("ksched.processor")
 
@@ -35,6 +38,15 @@ log = logging.getLogger("ksched.processor")
 # records derived from it must stay under the producer's message limit (1 MB), or the tick's
 # transaction would fail on every retry. The spec's own payload bound is far below it.
 MAX_COMMAND_BYTES = 900_000
+_SUCCEEDED = AttemptReportKind.SUCCEEDED
+_topic = methodcaller("topic")  # a polled record's topic, called in C by groupby
+
+
+def _never(fields: ScannedReport, tenant: str) -> bool:
+    """The fast intake once it failed in a batch: every report goes the general way."""
+    return False
+
+
 MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
 
 
@@ -113,20 +125,30 @@ class Inbox:
         bug = False
         events: list[Event] = []
         dead: list[Attempt] = []
-        commands_tenant, report = self.topics.commands_tenant, self._report
-        topic: str | None = None
-        tenant = ""
+        commands_tenant, report, seen = self.topics.commands_tenant, self._report, self._seen
+        fast = succeeded_intake(shard, now, events)
         try:
-            for m in msgs:  # a burst's reports: locals only, one call per record that scans
-                t = m.topic() or ""
-                if t != topic:  # one topic per tenant: the polled records come in runs of one
-                    topic, tenant = t, commands_tenant(t)
-                raw = m.value() or b""
-                scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
-                if scanned is not None:  # most records of a burst: a report of the current schema
-                    bug = report(shard, scanned, now, tenant, events, dead) or bug
-                elif self._decode(shard, cp, m, raw, now, tenant, events, dead):
-                    bug = True
+            for topic, run in groupby(msgs, _topic):  # one topic per tenant: polled in runs of one
+                tenant = commands_tenant(topic or "")
+                n_fast = 0  # the run's reports that ``fast`` applied, counted once
+                for m in run:  # a burst's reports: locals only, one call per record that scans
+                    raw = m.value() or b""
+                    scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
+                    if scanned is None:  # not a report of the current schema: decoded in full
+                        bug = self._decode(shard, cp, m, raw, now, tenant, events, dead) or bug
+                        continue
+                    try:
+                        taken = fast(scanned, tenant)
+                    except Exception:  # checks only, nothing changed: the general path decides it
+                        log.exception("report %s: the fast intake failed; applied the general way",
+                                      scanned[0][:100])
+                        fast, taken = _never, False
+                    if taken:
+                        n_fast += 1
+                    else:
+                        bug = report(shard, scanned, now, tenant, events, dead) or bug
+                if n_fast:
+                    seen[(tenant, _SUCCEEDED)] = seen.get((tenant, _SUCCEEDED), 0) + n_fast
             if events or dead:
                 cp.lifecycle(events, dead, now)
         finally:

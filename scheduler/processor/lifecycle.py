@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,8 +27,9 @@ from scheduler.processor.attempts import (
     attempt_event,
     persisted_running,
 )
-from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event
+from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event, entry_times
 from scheduler.processor.quotas import TokenBucket
+from scheduler.records.avro_fast import ScannedReport
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import AttemptReportKind, ErrorClass, OccurrenceState, ScheduleKind
 
@@ -163,6 +164,50 @@ def apply(
         a = Attempt(oid, schedule_id, e.tenant, version, scheduled_for, attempt)
         at.track(a)
     return _apply_current(ctx, e, a, kind, token, retryable, error_class, error_message, now, events, dead)
+
+
+def succeeded_intake(
+    ctx: LifecycleContext, now: int, events: list[Event]
+) -> Callable[[ScannedReport, str], bool]:
+    """The common report of a burst, applied in one Python frame: ``take(fields, tenant)`` applies
+    the report of ``fields`` (a scanned record's, :data:`ScannedReport`), arrived on ``tenant``'s
+    topic, and returns True when it is the SUCCEEDED report of an occurrence's first attempt that
+    :func:`apply` would accept untracked, of the current version, at or after the version took
+    effect. Its event goes to ``events`` and the occurrence is remembered finished, exactly as
+    :func:`apply` does it. Otherwise it changes nothing and returns False: the caller applies the
+    report with :func:`apply`, which decides it and says why it is ignored.
+
+    :func:`apply` reaches the same decision through seven Python frames (the fences, the
+    occurrence checks, finishing it); the process's main thread spends a third of a held
+    backlog's time in them (docs/performance.md, session 21). Its checks are :func:`apply`'s,
+    tested equal on generated reports (tests/test_lifecycle_fast.py). The shard's maps are
+    taken once: build one per batch (``now`` and ``events`` are the batch's)."""
+    at = ctx.attempts
+    entries_get, tenants, inflight, occupying = ctx.entries.get, ctx.tenants, at.inflight, at.occupying
+    finished_get, remember = at.last_finished, at.remember_finished
+    horizon = now + CLOCK_SKEW_S
+    append = events.append
+
+    def take(fields: ScannedReport, tenant: str) -> bool:
+        oid, sid, named, version, sf_ms, attempt, _, kind, _, _, _, _, _, _ = fields
+        if kind != _SUCCEEDED or attempt != 1 or named != tenant:
+            return False
+        e = entries_get(sid)
+        if e is None or e.version != version or e.tenant != tenant or tenant not in tenants:
+            return False
+        sf = sf_ms // 1000
+        # never seen (so never tracked or finished), fires now or before, holds no overlap slot
+        if sf > horizon or oid in inflight or finished_get(oid) is not None or sid in occupying:
+            return False
+        if sf < entry_times(e)[1] or not e.parts.compiled.is_fire_time(sf):  # before it took effect
+            return False
+        if oid != occurrence_id_of(sid, version, sf):
+            return False
+        append(_tuple_new(Event, (oid, sid, e.tenant, version, sf, _SUCCEEDED_STATE, None, 1)))
+        remember(oid, 1)
+        return True
+
+    return take
 
 
 def _apply_current(

@@ -7,7 +7,7 @@ The records a shard restores from are in :mod:`scheduler.processor.wire_state`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +141,21 @@ def event_encoder(now: int) -> Callable[[bytes, Event], bytes]:
     """:func:`encode_event` for a batch of events stamped ``now``, as ``encoder(header, ev)``: the
     compiled writer with what the batch shares bound once, no Python frame per event."""
     return partial(report_scan.event_record, report_scan.STATE_INDEX, now * 1000)
+
+
+def event_runs(
+    events: list[Event], now: int, events_of: Callable[[str], tuple[str, bytes]]
+) -> Iterator[tuple[str, Messages]]:
+    """The records of ``events`` stamped ``now``, in order, in runs of one tenant (a batch's come
+    in runs: its reports arrive on one topic per tenant): ``(topic, messages)`` for
+    ``produce_batch`` each, ``events_of(tenant)`` giving the tenant's events topic and header.
+    Each run's records are built by one compiled call, not a Python loop."""
+    at_ms, i, n = now * 1000, 0, len(events)
+    while i < n:
+        topic, header = events_of(events[i][2])
+        # an Event is an EventFields (a named tuple of its fields); a list is invariant
+        run, i = report_scan.event_run(report_scan.STATE_INDEX, at_ms, header, events, i)  # type: ignore[arg-type]
+        yield topic, run
 
 
 def encode_dead_letter(

@@ -1,0 +1,155 @@
+"""``lifecycle.succeeded_intake`` against ``lifecycle.apply``, its oracle: on generated sequences of
+attempt reports (right and wrong tenants, schedules, versions, instants, attempts, ids and kinds;
+tracked, finished and overlap-held occurrences), a shard fed through the fast intake (falling
+back to ``apply``, as the inbox does) ends with the same events, the same ignored reports and the
+same attempt state as a twin shard fed through ``apply`` alone."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.domain import ScheduleSpec, occurrence_id
+from scheduler.processor.lifecycle import apply, succeeded_intake
+from scheduler.processor.model import Event
+from scheduler.processor.shard import Shard
+from scheduler.records.avro_fast import ScannedReport
+from scheduler.tenants import Tenant
+
+T0 = 1_800_000_000 - (1_800_000_000 % 3600)
+NOW = T0 + 600
+
+
+def _shard() -> Shard:
+    s = Shard(0, {"a": Tenant(name="a"), "b": Tenant(name="b")}, partitions=1, lease_s=30)
+    for sid, tenant, extra in (
+        ("x", "a", {}),
+        ("q", "a", {"overlap": "SKIP_IF_RUNNING"}),
+        ("z", "b", {}),
+        ("u", "a", {}),
+    ):
+        sp = ScheduleSpec(kind="cron", timezone="UTC", handler="h", cron="* * * * *", **extra)  # type: ignore[arg-type]
+        assert s.apply(kind="CREATE", request_id=f"c-{sid}", tenant=tenant, schedule_id=sid,
+                       idempotency_key=None, expected_version=None, spec=sp, issued_at=T0 - 1,
+                       now=T0 - 1).accepted
+    two = ScheduleSpec(kind="cron", timezone="UTC", handler="h", cron="*/2 * * * *")
+    assert s.apply(kind="UPDATE", request_id="up-u", tenant="a", schedule_id="u", idempotency_key=None,
+                   expected_version=None, spec=two, issued_at=T0 + 240, now=T0 + 240).accepted
+    for now in range(T0, NOW + 1, 60):
+        s.due(now, 1000, float(now))
+    return s
+
+
+_OWNER = {"x": "a", "q": "a", "z": "b", "u": "a", "nope": "a"}
+_CURRENT = {"x": 1, "q": 1, "z": 1, "u": 2, "nope": 1}
+_FLAWS = ("foreign", "named", "topic", "version", "instant", "attempt", "kind", "token", "id")
+
+
+@st.composite
+def _report(draw: st.DrawFn) -> tuple[str, str, str, int, int, int, str, str, bool, bool]:
+    """Mostly the common report of a schedule (its tenant, its current version, a minute of the
+    hour), with up to two fields made wrong."""
+    sid = draw(st.sampled_from(["x", "x", "q", "z", "u", "u", "nope"]))
+    owner = _OWNER[sid]
+    # minutes before the creation, before u's update (even minutes are u's v2 fire times), now, later
+    sf = T0 + 60 * draw(st.integers(-3, 17))
+    named = topic = owner
+    version, attempt, kind, token, right_id = _CURRENT[sid], 1, "SUCCEEDED", "tok", True
+    for flaw in draw(st.sets(st.sampled_from(_FLAWS), max_size=2)):
+        if flaw == "foreign":  # another tenant's report, on its own topic, of this schedule
+            named = topic = "b" if owner == "a" else "a"
+        elif flaw == "named":
+            named = draw(st.sampled_from(["a", "b", "c"]))
+        elif flaw == "topic":
+            topic = draw(st.sampled_from(["a", "b"]))
+        elif flaw == "version":
+            version = draw(st.sampled_from([0, 1, 2, 3]))
+        elif flaw == "instant":
+            sf = draw(st.integers(T0 - 300, NOW + 900))
+        elif flaw == "attempt":
+            attempt = draw(st.sampled_from([0, 2, 3]))
+        elif flaw == "kind":
+            kind = draw(st.sampled_from(["STARTED", "FAILED", "HEARTBEAT"]))
+        elif flaw == "token":
+            token = "other"
+        else:
+            right_id = False
+    return sid, named, topic, version, sf, attempt, kind, token, right_id, draw(st.booleans())
+
+
+def _fields(r: tuple[str, str, str, int, int, int, str, str, bool, bool]) -> tuple[ScannedReport, str]:
+    sid, named, topic_tenant, version, sf, attempt, kind, token, right_id, retryable = r
+    oid = occurrence_id(sid, version, sf) if right_id else occurrence_id(sid, version, sf + 60)
+    error_class = "E" if kind == "FAILED" else None
+    message = "boom" if kind == "FAILED" else None
+    fields: ScannedReport = (oid, sid, named, version, sf * 1000, attempt, token, kind, retryable,
+                             error_class, message, "w", NOW * 1000, None)
+    return fields, topic_tenant
+
+
+def _general(s: Shard, fields: ScannedReport, tenant: str, events: list[Event]) -> str | None:
+    """What the inbox does with a report the fast intake did not take (``Inbox._report``)."""
+    oid, sid, named, version, sf_ms, attempt, token, kind, retryable, error_class, message, *_ = fields
+    if named != tenant:
+        return "another tenant's name"
+    return apply(s, kind, oid, sid, named, version, sf_ms // 1000, attempt, token, retryable,
+                 error_class, message, NOW, events, [])
+
+
+def _state(s: Shard) -> object:
+    at = s.attempts
+    return (
+        sorted((oid, a.attempt, a.token, a.lease_until, a.retry_at) for oid, a in at.inflight.items()),
+        list(at._finished._done.items()),
+        dict(at.occupying), sorted(at.dirty), list(at.released), at.running,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(reports=st.lists(_report(), min_size=1, max_size=40), registered_b=st.booleans())
+def test_the_fast_intake_decides_every_report_as_apply_does(
+    reports: list[tuple[str, str, str, int, int, int, str, str, bool, bool]], registered_b: bool,
+) -> None:
+    fast_shard, oracle = _shard(), _shard()
+    if not registered_b:  # tenant b left the registry: its schedules' reports are ignored
+        for s in (fast_shard, oracle):
+            del s.tenants["b"]
+    fast_events: list[Event] = []
+    oracle_events: list[Event] = []
+    take = succeeded_intake(fast_shard, NOW, fast_events)
+    for r in reports:
+        fields, tenant = _fields(r)
+        expected = _general(oracle, fields, tenant, oracle_events)
+        if take(fields, tenant):
+            assert expected is None, f"the fast intake took a report apply ignores: {expected}"
+        else:
+            assert _general(fast_shard, fields, tenant, fast_events) == expected
+        assert fast_events == oracle_events
+    assert _state(fast_shard) == _state(oracle)
+
+
+def test_it_takes_the_common_report_and_leaves_the_rest_unchanged() -> None:
+    s = _shard()
+    events: list[Event] = []
+    take = succeeded_intake(s, NOW, events)
+    f = T0 + 120
+    common, _ = _fields(("x", "a", "a", 1, f, 1, "SUCCEEDED", "tok", True, True))
+    assert take(common, "a")
+    assert events == [Event(occurrence_id("x", 1, f), "x", "a", 1, f, "SUCCEEDED", None, 1)]
+    assert s.attempts.last_finished(occurrence_id("x", 1, f)) == 1
+    assert not take(common, "a")  # a duplicate: apply says why it is ignored
+    before = _state(s)
+    for r in (
+        ("x", "a", "a", 1, T0 + 180, 1, "STARTED", "tok", True, True),  # not a final report
+        ("x", "a", "a", 1, T0 + 180, 2, "SUCCEEDED", "tok", True, True),  # a retry's
+        ("x", "b", "b", 1, T0 + 180, 1, "SUCCEEDED", "tok", True, True),  # another tenant's schedule
+        ("x", "a", "a", 1, T0 + 190, 1, "SUCCEEDED", "tok", True, True),  # not a fire time
+        ("x", "a", "a", 1, T0 + 180, 1, "SUCCEEDED", "tok", False, True),  # a forged id
+        ("u", "a", "a", 1, T0 + 180, 1, "SUCCEEDED", "tok", True, True),  # an older version
+        ("u", "a", "a", 2, T0 + 120, 1, "SUCCEEDED", "tok", True, True),  # before its version took effect
+        ("q", "a", "a", 1, NOW, 1, "SUCCEEDED", "tok", True, True),  # holds its overlap slot
+        ("x", "a", "a", 1, NOW + 600, 1, "SUCCEEDED", "tok", True, True),  # in the future
+    ):
+        fields, tenant = _fields(r)  # type: ignore[arg-type]
+        assert not take(fields, tenant), r
+    assert _state(s) == before and len(events) == 1
