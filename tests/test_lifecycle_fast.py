@@ -6,6 +6,7 @@ same attempt state as a twin shard fed through ``apply`` alone."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +154,119 @@ def test_it_takes_the_common_report_and_leaves_the_rest_unchanged() -> None:
         fields, tenant = _fields(r)  # type: ignore[arg-type]
         assert not take(fields, tenant), r
     assert _state(s) == before and len(events) == 1
+
+
+class _Written:
+    """A checkpoint's producer that keeps every record: (topic, key, value)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None]] = []
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+                **_: object) -> None:
+        self.records.append((topic, key, value))
+
+    def produce_batch(self, topic: str, messages: list[dict[str, bytes]], partition: int = -1) -> int:
+        self.records.extend((topic, m.get("key"), m.get("value")) for m in messages)
+        return len(messages)
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_take_all_writes_and_counts_as_apply_alone_does(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll's records through ``Inbox.take_all``, with the fast intake and with it never taking
+    a report: the same records written in the same order, the same report counters by tenant and
+    kind, and the same shard; reports of two tenants, a duplicate, a STARTED report, a command in
+    the middle (its records between the reports' events), and a report on a tenant's topic after it."""
+    from confluent_kafka import Message, TopicPartition
+
+    from scheduler.processor import inbox as inbox_module
+    from scheduler.processor.checkpoint import Checkpoints
+    from scheduler.processor.inbox import Inbox
+    from scheduler.processor.metrics import ProcessorMetrics
+    from scheduler.processor.ownership import OwnedShard
+    from scheduler.records import AttemptReport, ScheduleCommand, encode
+    from scheduler.settings import load_settings
+    from scheduler.topology import topic_name
+
+    settings_ = load_settings(env={})
+
+    def report(sid: str, tenant: str, version: int, f: int, kind: str = "SUCCEEDED") -> bytes:
+        return encode(AttemptReport(
+            occurrence_id=occurrence_id(sid, version, f), schedule_id=sid, tenant=tenant, version=version,
+            scheduled_for_ms=f * 1000, attempt=1, token="tok", kind=kind, retryable=None, error_class=None,
+            error_message=None, worker_id="w", reported_at_ms=NOW * 1000, started_at_ms=None))
+
+    pause = encode(ScheduleCommand(request_id="p-x", tenant="a", schedule_id="x", kind="PAUSE",
+                                   issued_at_ms=NOW * 1000))
+    batch = [
+        ("a", report("x", "a", 1, T0 + 60)), ("a", report("x", "a", 1, T0 + 120)),
+        ("a", report("x", "a", 1, T0 + 60)),  # a duplicate: ignored
+        ("a", report("x", "a", 1, T0 + 180, "STARTED")),  # tracked from here: the general way
+        ("a", report("u", "a", 2, T0 + 360)), ("a", pause), ("a", report("x", "a", 1, T0 + 240)),
+        ("b", report("z", "b", 1, T0 + 60)), ("b", report("z", "b", 1, T0 + 120)),
+        ("a", report("x", "a", 1, T0 + 300)), ("a", report("x", "a", 1, T0 + 180)),
+    ]
+
+    def run(use_fast: bool) -> tuple[object, ...]:
+        taken = 0
+        real = inbox_module.succeeded_intake
+
+        def counted(ctx: Shard, now: int, events: list[Event]) -> object:
+            inner = real(ctx, now, events)
+
+            def take(fields: ScannedReport, tenant: str) -> bool:
+                nonlocal taken
+                got = use_fast and inner(fields, tenant)
+                taken += got
+                return got
+            return take
+
+        monkeypatch.setattr(inbox_module, "succeeded_intake", counted)
+        s, rec, metrics = _shard(), _Written(), ProcessorMetrics()
+        msgs = [Message(topic=topic_name(settings_, "commands", t), partition=0, offset=i, value=v)
+                for i, (t, v) in enumerate(batch)]
+        checkpoints = Checkpoints(settings_, 1)
+        part = TopicPartition(msgs[0].topic() or "", 0)
+        owned = OwnedShard(shard=s, producer=rec, partition=part)  # type: ignore[arg-type]
+        cp = checkpoints.open(owned, msgs, float(NOW), lambda _name: None)
+        cp.begin()
+        assert not Inbox(s.tenants, metrics, checkpoints.topics).take_all(s, cp, msgs, NOW)
+        counters = sorted((sample.name, tuple(sorted(sample.labels.items())), sample.value)
+                          for fam in metrics.registry.collect() for sample in fam.samples
+                          if sample.name.startswith("ksched_attempt_reports")
+                          and sample.name.endswith("_total"))
+        return taken, rec.records, counters, _state(s), s.entries["x"].state
+
+    taken, *with_fast = run(fast)
+    _, *without = run(False)
+    assert with_fast == without
+    # x at +60, +120, +240 (paused: still its occurrence) and +300, u's, z's two; not the duplicate,
+    # the STARTED report, nor the tracked occurrence's SUCCEEDED
+    assert taken == (7 if fast else 0)
+    assert with_fast[-1] == "PAUSED"
+
+
+def test_a_take_that_raises_changes_nothing() -> None:
+    """Both or neither: a failure while remembering the occurrence takes its event back, so the
+    inbox's fallback to ``apply`` writes it once."""
+    s = _shard()
+    events: list[Event] = []
+    real = s.attempts.remember_finished
+
+    def failing(oid: str, attempt: int) -> None:
+        raise MemoryError
+
+    s.attempts.remember_finished = failing  # type: ignore[method-assign]
+    take = succeeded_intake(s, NOW, events)
+    fields, _ = _fields(("x", "a", "a", 1, T0 + 120, 1, "SUCCEEDED", "tok", True, True))
+    with pytest.raises(MemoryError):
+        take(fields, "a")
+    assert events == [] and s.attempts.last_finished(fields[0]) is None
+    s.attempts.remember_finished = real  # type: ignore[method-assign]
+    assert _general(s, fields, "a", events) is None and len(events) == 1

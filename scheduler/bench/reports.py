@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.processor.checkpoint import Checkpoints
     from scheduler.processor.heap import Heap
     from scheduler.processor.inbox import Inbox
-    from scheduler.processor.lifecycle import apply
+    from scheduler.processor.lifecycle import apply, succeeded_intake
     from scheduler.processor.metrics import ProcessorMetrics
     from scheduler.processor.ownership import OwnedShard
     from scheduler.processor.runtime import POLL_BATCH
@@ -180,7 +180,9 @@ def _run(args: argparse.Namespace) -> int:
                     t1 = time.thread_time()
                     events: list[Any] = []
                     dead: list[Any] = []
-                    why = [apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9],
+                    take = succeeded_intake(shard, now, events)  # as the inbox does: apply if not taken
+                    why = [None if take(r, _TENANT) else
+                           apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9],
                                  r[10], now, events, dead) for r in scanned if r is not None]
                     t2 = time.thread_time()
                     cp.lifecycle(events, dead, now)

@@ -139,7 +139,7 @@ class Inbox:
                         continue
                     try:
                         taken = fast(scanned, tenant)
-                    except Exception:  # checks only, nothing changed: the general path decides it
+                    except Exception:  # it changed nothing (both or neither): the general path decides it
                         log.exception("report %s: the fast intake failed; applied the general way",
                                       scanned[0][:100])
                         fast, taken = _never, False

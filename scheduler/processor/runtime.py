@@ -51,7 +51,8 @@ STANDBY_BUDGET_S = 0.02
 BURST_ROUNDS_S = 1.0
 POLL_BATCH = 5000  # records taken per poll and owned shard at most: about one shard's take_all
 # Records taken per poll at most, whatever the shards: the last shard's due work waits for the
-# others' records (~6 µs each), so a poll's records stay within a tick interval of work.
+# others' records (~7 µs each), so under a backlog of reports it may wait ~140 ms (35 ms with 5,000),
+# against the 5 s p99 of DESIGN.md §7 and the 1 s a burst's rounds go without a poll.
 POLL_BATCH_MAX = 20_000
 # A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
 # bring ~25 a poll, one client sending command after command brings one.
