@@ -10,14 +10,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.processor.runtime import (
-    LINGER_MIN_RECORDS,
-    POLL_BATCH,
-    POLL_BATCH_MAX,
-    linger_until,
-    poll_batch,
-    take_records,
-)
+from scheduler.processor.runtime import LINGER_MIN_RECORDS, linger_until, take_records
 
 _T = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
@@ -116,11 +109,3 @@ def test_a_poll_takes_at_most_its_batch() -> None:
     c = _Arrivals([0.0] * 50 + [0.01] * 50)
     got, _, _ = _take(c, 0.1, time.monotonic(), 0.04, batch=60)
     assert len(got) == 60
-
-
-@given(shards=st.integers(min_value=0, max_value=1024))
-def test_a_poll_takes_a_batch_a_shard_within_the_maximum(shards: int) -> None:
-    n = poll_batch(shards)
-    assert POLL_BATCH <= n <= POLL_BATCH_MAX  # a processor without shards still takes commands
-    assert n == min(POLL_BATCH_MAX, max(1, shards) * POLL_BATCH)
-    assert poll_batch(4) == 20_000  # four shards: 5,000 records each (docs/performance.md, session 21)

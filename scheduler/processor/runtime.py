@@ -49,11 +49,7 @@ log = logging.getLogger("ksched.processor")
 STANDBY_BUDGET_S = 0.02
 # Longest a burst's shards are ticked again without a poll (commands and reports wait meanwhile).
 BURST_ROUNDS_S = 1.0
-POLL_BATCH = 5000  # records taken per poll and owned shard at most: about one shard's take_all
-# Records taken per poll at most, whatever the shards: the last shard's due work waits for the
-# others' records (~7 µs each), so under a backlog of reports it may wait ~140 ms (35 ms with 5,000),
-# against the 5 s p99 of DESIGN.md §7 and the 1 s a burst's rounds go without a poll.
-POLL_BATCH_MAX = 20_000
+POLL_BATCH = 5000  # records taken per poll at most
 # A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
 # bring ~25 a poll, one client sending command after command brings one.
 LINGER_MIN_RECORDS = 16
@@ -72,15 +68,6 @@ def linger_until(got: int, last_batch_at: float, linger_s: float, deadline: floa
     if got < LINGER_MIN_RECORDS:
         return -math.inf
     return min(deadline, last_batch_at + linger_s)
-
-
-def poll_batch(shards: int) -> int:
-    """Records one poll takes at most when ``shards`` are owned: :data:`POLL_BATCH` a shard, within
-    :data:`POLL_BATCH_MAX`. Each poll ends with every shard's transaction committed and joined
-    (a few round trips on the loop), so under a backlog of reports the poll grows with the shards
-    it is split among: 5,000 a poll over four shards made 1,250-record transactions, and applied
-    a fifth to a third fewer reports a second than 20,000 (docs/performance.md, session 21)."""
-    return max(POLL_BATCH, min(POLL_BATCH_MAX, POLL_BATCH * shards))
 
 
 def take_records(
@@ -295,8 +282,7 @@ class Processor:
         assert self.consumer is not None
         self.checkpoints.assert_none_open("poll")
         got, self._last_batch_at = take_records(
-            self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000,
-            poll_batch(len(self.owned)),
+            self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000
         )
         return got
 
