@@ -38,6 +38,7 @@ log = logging.getLogger("ksched.processor")
 # records derived from it must stay under the producer's message limit (1 MB), or the tick's
 # transaction would fail on every retry. The spec's own payload bound is far below it.
 MAX_COMMAND_BYTES = 900_000
+MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
 _SUCCEEDED = AttemptReportKind.SUCCEEDED
 _topic = methodcaller("topic")  # a polled record's topic, called in C by groupby
 
@@ -45,9 +46,6 @@ _topic = methodcaller("topic")  # a polled record's topic, called in C by groupb
 def _never(fields: ScannedReport, tenant: str) -> bool:
     """The fast intake once it failed in a batch: every report goes the general way."""
     return False
-
-
-MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
 
 
 def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) -> CommandOutcome:

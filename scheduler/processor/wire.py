@@ -8,7 +8,6 @@ The records a shard restores from are in :mod:`scheduler.processor.wire_state`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scheduler.domain import occurrence_id
@@ -133,14 +132,9 @@ def produce_dispatch(
 def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
     """The ``ksched.occurrence-events`` record of ``ev``, stamped ``now`` (epoch s); ``header``:
     the framing's (None: single-object), as for every encoder here. Written by hand (one per
-    report applied: :mod:`scheduler.records.report_scan`)."""
-    return event_encoder(now)(_EVENT_HEADER if header is None else header, ev)
-
-
-def event_encoder(now: int) -> Callable[[bytes, Event], bytes]:
-    """:func:`encode_event` for a batch of events stamped ``now``, as ``encoder(header, ev)``: the
-    compiled writer with what the batch shares bound once, no Python frame per event."""
-    return partial(report_scan.event_record, report_scan.STATE_INDEX, now * 1000)
+    report applied: :mod:`scheduler.records.report_scan`; a batch's: :func:`event_runs`)."""
+    return report_scan.event_record(report_scan.STATE_INDEX, now * 1000,
+                                    _EVENT_HEADER if header is None else header, ev)
 
 
 def event_runs(
