@@ -97,8 +97,10 @@ def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: 
     # a batch's events in tenant runs: the same records and the same end of each run
     events = [ev, ev._replace(tenant=ev.tenant + "x"), ev, ev]
     for start in (0, 1, 2):
+        counted: tuple[dict[str, int], dict[str, int]] = ({"DEAD": 1}, {"DEAD": 1})
         run = (rs.STATE_INDEX, rep.reported_at_ms, b"H", events, start)
-        assert compiled.event_run(*run) == pure.event_run(*run)
+        assert compiled.event_run(*run, counted[0]) == pure.event_run(*run, counted[1])
+        assert counted[0] == counted[1]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

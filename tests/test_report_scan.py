@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import astuple
 from itertools import groupby
 
@@ -104,23 +105,40 @@ def test_the_processors_event_writes_what_the_codec_writes(
 
 @exact
 @given(
-    tenants=st.lists(st.sampled_from(["a", "b", "ü"]), min_size=1, max_size=30),
+    fields=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "ü"]),  # the tenant
+            st.sampled_from(["SUCCEEDED", "MISSED", "CANCELED", "DEAD"]),  # the state
+            st.sampled_from([None, 1, 2, 300]),  # the attempt
+            st.sampled_from([None, "", "stale", "ü" * 70]),  # the reason
+            st.sampled_from([1, 2, 2**31 - 1]),  # the version
+        ),
+        min_size=1, max_size=30,
+    ),
     sid=text, now=st.integers(min_value=0, max_value=2**40),
 )
 def test_a_batchs_events_go_out_in_tenant_runs_each_record_the_codecs(
-    tenants: list[str], sid: str, now: int
+    fields: list[tuple[str, str, int | None, str | None, int]], sid: str, now: int
 ) -> None:
     """``wire.event_runs``: every event once, in order, in maximal runs of one tenant, each to its
-    tenant's topic with its header, each record what ``encode_event`` writes, keyed by its schedule."""
+    tenant's topic with its header, each record what ``encode_event`` writes, keyed by its
+    schedule, each counted by (tenant, state). Runs mix states, attempts, reasons and versions:
+    the run's writer encodes the fields they share once."""
     from scheduler.processor.model import Event
     from scheduler.processor.wire import encode_event, event_runs
     from scheduler.records.codec import schema_header
 
     header = schema_header(OccurrenceEvent)
-    events = [Event(f"o{i}", f"{sid}{i}", t, 1, 60 * i, "SUCCEEDED", None, 1) for i, t in enumerate(tenants)]
-    runs = list(event_runs(events, now, lambda t: (f"events.{t}", header)))
+    tenants = [f[0] for f in fields]
+    events = [Event(f"o{i}", f"{sid}{i}", t, version, 60 * i, state, reason, attempt)
+              for i, (t, state, attempt, reason, version) in enumerate(fields)]
+    counts: dict[tuple[str, str], int] = {("a", "SUCCEEDED"): 2}  # added to, not replaced
+    runs = list(event_runs(events, now, lambda t: (f"events.{t}", header), counts))
     assert [topic for topic, _ in runs] == [f"events.{t}" for i, t in enumerate(tenants)
                                             if i == 0 or tenants[i - 1] != t]
     written = [m for _, run in runs for m in run]
     assert written == [{"value": encode_event(ev, now), "key": ev.schedule_id.encode()} for ev in events]
     assert [len(run) for _, run in runs] == [len(list(g)) for _, g in groupby(tenants)]  # maximal runs
+    expected = Counter((f[0], f[1]) for f in fields)
+    expected[("a", "SUCCEEDED")] += 2
+    assert counts == dict(expected)

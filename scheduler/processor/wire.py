@@ -138,17 +138,23 @@ def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
 
 
 def event_runs(
-    events: list[Event], now: int, events_of: Callable[[str], tuple[str, bytes]]
+    events: list[Event], now: int, events_of: Callable[[str], tuple[str, bytes]],
+    counts: dict[tuple[str, str], int],
 ) -> Iterator[tuple[str, Messages]]:
     """The records of ``events`` stamped ``now``, in order, in runs of one tenant (a batch's come
     in runs: its reports arrive on one topic per tenant): ``(topic, messages)`` for
     ``produce_batch`` each, ``events_of(tenant)`` giving the tenant's events topic and header.
-    Each run's records are built by one compiled call, not a Python loop."""
+    Each event is added to ``counts`` by (tenant, state). Each run's records and counts are
+    built by one compiled call, not a Python loop."""
     at_ms, i, n = now * 1000, 0, len(events)
     while i < n:
-        topic, header = events_of(events[i][2])
+        tenant = events[i][2]
+        topic, header = events_of(tenant)
+        states: dict[str, int] = {}
         # an Event is an EventFields (a named tuple of its fields); a list is invariant
-        run, i = report_scan.event_run(report_scan.STATE_INDEX, at_ms, header, events, i)  # type: ignore[arg-type]
+        run, i = report_scan.event_run(report_scan.STATE_INDEX, at_ms, header, events, i, states)  # type: ignore[arg-type]
+        for state, k in states.items():
+            counts[(tenant, state)] = counts.get((tenant, state), 0) + k
         yield topic, run
 
 

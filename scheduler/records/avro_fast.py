@@ -374,20 +374,40 @@ def event_record(state_index: dict[str, int], at_ms: int, header: bytes, ev: Eve
 
 
 def event_run(
-    state_index: dict[str, int], at_ms: int, header: bytes, events: list[EventFields], start: int
+    state_index: dict[str, int], at_ms: int, header: bytes, events: list[EventFields], start: int,
+    counts: dict[str, int],
 ) -> tuple[list[dict[str, Any]], int]:
     """The run of ``events`` from ``start`` that share its event's tenant, as ``produce_batch``
     takes them (``{"value": its event_record, "key": its schedule id, UTF-8}`` each, in order),
-    and the index after the run. The loop is compiled: a Python loop building these dicts cost
-    the processor's main thread a seventh of a held backlog's time (docs/performance.md)."""
+    and the index after the run; each event of the run is added to ``counts`` by its state.
+
+    The loop is compiled: a Python loop building these dicts cost the processor's main thread a
+    seventh of a held backlog's time, and a ``collections.Counter`` over the events after it
+    another 3 % (docs/performance.md). The run's tenant and the fields after the schedule's
+    instant (state, attempt, reason, ``at_ms``: one value for a burst's reports) are encoded
+    once, and each schedule id once for the value and the key."""
     tenant = events[start][2]
+    tenant_field = avro_string(tenant)
     out: list[dict[str, Any]] = []
+    last_state: str | None = None
+    last_attempt: int | None = None
+    last_reason: str | None = None
+    tail = b""
     i, n = start, len(events)
     while i < n:
         ev = events[i]
-        if ev[2] != tenant:
+        oid, sid, ev_tenant, version, scheduled_for, state, reason, attempt = ev
+        if ev_tenant != tenant:
             break
-        out.append({"value": event_record(state_index, at_ms, header, ev), "key": ev[1].encode()})
+        if not tail or state != last_state or attempt != last_attempt or reason != last_reason:
+            tail = b"".join((avro_long(state_index[state]), _w_opt_long(attempt), _w_opt_string(reason),
+                             avro_long(at_ms)))
+            last_state, last_attempt, last_reason = state, attempt, reason
+        raw_oid, raw_sid = oid.encode(), sid.encode()
+        value = b"".join((header, avro_long(len(raw_oid)), raw_oid, avro_long(len(raw_sid)), raw_sid,
+                          tenant_field, avro_long(version), avro_long(scheduled_for * 1000), tail))
+        out.append({"value": value, "key": raw_sid})
+        counts[state] = counts.get(state, 0) + 1
         i += 1
     return out, i
 

@@ -43,10 +43,11 @@ _fast = load("scheduler.records.avro_fast")  # compiled when built
 event_value: Callable[..., bytes] = _fast.event_value
 # (STATE_INDEX, at_ms, header, processor Event): one compiled call per event the processor writes.
 event_record: Callable[[dict[str, int], int, bytes, EventFields], bytes] = _fast.event_record
-# (STATE_INDEX, at_ms, header, events, start): the records of one tenant's run of events from
-# ``start``, for produce_batch, and where the run ends.
+# (STATE_INDEX, at_ms, header, events, start, counts): the records of one tenant's run of events
+# from ``start``, for produce_batch, and where the run ends; ``counts`` gains the run's states.
 _Run = tuple[list[dict[str, Any]], int]
-event_run: Callable[[dict[str, int], int, bytes, list[EventFields], int], _Run] = _fast.event_run
+_Counts = dict[str, int]
+event_run: Callable[[_Counts, int, bytes, list[EventFields], int, _Counts], _Run] = _fast.event_run
 
 
 # ``scan(raw)``: ``raw`` as a report of the current schema in the single-object framing (its
