@@ -109,7 +109,7 @@ def test_the_processors_event_writes_what_the_codec_writes(
         st.tuples(
             st.sampled_from(["a", "b", "ü"]),  # the tenant
             st.sampled_from(["SUCCEEDED", "MISSED", "CANCELED", "DEAD"]),  # the state
-            st.sampled_from([None, 1, 2, 300]),  # the attempt
+            st.sampled_from([None, 0, 1, 2, 300]),  # the attempt (None and 0 are written apart)
             st.sampled_from([None, "", "stale", "ü" * 70]),  # the reason
             st.sampled_from([1, 2, 2**31 - 1]),  # the version
         ),
