@@ -344,18 +344,24 @@ def event_value(
 ) -> bytes:
     """An ``OccurrenceEvent`` record: ``header`` then its body (``state_index``: the state's
     position among the enum's symbols)."""
-    return b"".join((
-        header,
-        avro_string(occurrence_id),
-        avro_string(schedule_id),
-        avro_string(tenant),
-        avro_long(version),
-        avro_long(scheduled_for_ms),
-        avro_long(state_index),
-        _w_opt_long(attempt),
-        _w_opt_string(reason),
-        avro_long(at_ms),
-    ))
+    return _event_bytes(header, occurrence_id.encode(), schedule_id.encode(), avro_string(tenant), version,
+                        scheduled_for_ms, _event_tail(state_index, attempt, reason, at_ms))
+
+
+def _event_tail(state_index: int, attempt: int | None, reason: str | None, at_ms: int) -> bytes:
+    """An ``OccurrenceEvent``'s fields after ``scheduled_for_ms``, encoded: what a run of a
+    burst's events shares (:func:`event_run`)."""
+    return b"".join((avro_long(state_index), _w_opt_long(attempt), _w_opt_string(reason), avro_long(at_ms)))
+
+
+def _event_bytes(
+    header: bytes, raw_oid: bytes, raw_sid: bytes, tenant_field: bytes, version: int, scheduled_for_ms: int,
+    tail: bytes,
+) -> bytes:
+    """The ``OccurrenceEvent`` record from its pieces, in schema order: the ids as UTF-8, the
+    tenant as its encoded field, and the :func:`_event_tail`. The one place the order is written."""
+    return b"".join((header, avro_long(len(raw_oid)), raw_oid, avro_long(len(raw_sid)), raw_sid, tenant_field,
+                     avro_long(version), avro_long(scheduled_for_ms), tail))
 
 
 EventFields = tuple[str, str, str, int, int, str, "str | None", "int | None"]
@@ -400,12 +406,10 @@ def event_run(
         if ev_tenant != tenant:
             break
         if not tail or state != last_state or attempt != last_attempt or reason != last_reason:
-            tail = b"".join((avro_long(state_index[state]), _w_opt_long(attempt), _w_opt_string(reason),
-                             avro_long(at_ms)))
+            tail = _event_tail(state_index[state], attempt, reason, at_ms)
             last_state, last_attempt, last_reason = state, attempt, reason
-        raw_oid, raw_sid = oid.encode(), sid.encode()
-        value = b"".join((header, avro_long(len(raw_oid)), raw_oid, avro_long(len(raw_sid)), raw_sid,
-                          tenant_field, avro_long(version), avro_long(scheduled_for * 1000), tail))
+        raw_sid = sid.encode()
+        value = _event_bytes(header, oid.encode(), raw_sid, tenant_field, version, scheduled_for * 1000, tail)
         out.append({"value": value, "key": raw_sid})
         counts[state] = counts.get(state, 0) + 1
         i += 1

@@ -46,8 +46,8 @@ event_record: Callable[[dict[str, int], int, bytes, EventFields], bytes] = _fast
 # (STATE_INDEX, at_ms, header, events, start, counts): the records of one tenant's run of events
 # from ``start``, for produce_batch, and where the run ends; ``counts`` gains the run's states.
 _Run = tuple[list[dict[str, Any]], int]
-_Counts = dict[str, int]
-event_run: Callable[[_Counts, int, bytes, list[EventFields], int, _Counts], _Run] = _fast.event_run
+_ByState = dict[str, int]  # STATE_INDEX, and the run's counts
+event_run: Callable[[_ByState, int, bytes, list[EventFields], int, _ByState], _Run] = _fast.event_run
 
 
 # ``scan(raw)``: ``raw`` as a report of the current schema in the single-object framing (its
