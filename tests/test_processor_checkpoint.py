@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from scheduler.domain import ScheduleSpec
+from scheduler.processor import runtime
 from scheduler.processor.checkpoint import (
     Checkpoint,
     Checkpoints,
@@ -40,7 +41,9 @@ class RecordingProducer:
     def begin_transaction(self) -> None:
         self._call("begin")
 
-    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int = -1) -> None:
+    def produce(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int = -1, on_delivery: Any = None
+    ) -> None:
         self._call(f"produce {topic.split('.', 1)[1]}")
 
     def produce_batch(self, topic: str, messages: list[dict[str, bytes]], partition: int = -1) -> int:
@@ -189,6 +192,22 @@ def test_no_poll_and_no_rebalance_callback_while_a_checkpoint_is_open() -> None:
         cp.join()
     proc._poll(0.0)
     assert consumer.polls == 1
+    proc.checkpoints.shutdown()
+
+
+@pytest.mark.parametrize(("budget", "behind"), [(1, True), (10, False)])
+def test_the_burst_rounds_say_whether_shards_are_still_behind(
+    budget: int, behind: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards still filling their budget when the rounds' time runs out: the heap's settle waits."""
+    monkeypatch.setattr(runtime, "BURST_ROUNDS_S", 0.0)
+    proc = Processor(Settings(), tenants=TENANTS, tick_budget=budget)
+    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
+    producer = RecordingProducer()
+    proc.ownership.owned[0] = owned_shard(producer, schedules=3)
+    assert proc._burst_rounds([proc._tick(proc.owned[0], [], float(T0 + 1))]) is behind
+    assert producer.calls.count("produce dispatch.a") == min(budget, 3)
+    proc.checkpoints.assert_none_open("poll")
     proc.checkpoints.shutdown()
 
 

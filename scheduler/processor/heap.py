@@ -11,6 +11,9 @@ from collections.abc import Iterator
 
 log = logging.getLogger("ksched.processor.heap")
 TRIM_EVERY_S = 5.0  # malloc_trim walks every arena: not at every settle of a create storm
+# Longest a settle waits for a burst to end, from the first settle it put off: a catch-up that
+# fills every tick for minutes still has the entries created meanwhile frozen.
+MAX_DEFER_S = 10.0
 
 
 class Heap:
@@ -20,8 +23,9 @@ class Heap:
         self.changed = False  # commands (new entries) or a restore since the last freeze
         self._last_freeze = 0.0
         self._last_trim = 0.0
+        self._deferred_at: float | None = None  # the first settle put off while shards were behind
 
-    def settle(self, force: bool = False) -> None:
+    def settle(self, force: bool = False, *, behind: bool = False) -> None:
         """Take the long-lived schedule entries out of the cyclic GC's sight (``gc.freeze``).
 
         A shard holds up to millions of entries; a burst promotes many short-lived
@@ -30,22 +34,33 @@ class Heap:
         freed by reference counting as before; only cycles among frozen objects
         would leak, so the young generations are collected first. At most once a
         second, and only after commands (new entries) or a restore (``force``).
+
+        ``behind``: shards still have dispatches due (a burst's rounds ran out of time). The settle
+        then waits, at most ``MAX_DEFER_S`` from the first one it put off: its collection (0.1-0.2 s
+        after a burst's reports, docs/performance.md) would come before the burst's last dispatches.
         """
         now = time.monotonic()
-        if force or (self.changed and now - self._last_freeze >= 1.0):
-            gc.collect(1)
-            gc.freeze()
-            self.changed = False
-            self._last_freeze = now
-            if force or now - self._last_trim >= TRIM_EVERY_S:
-                # Applying commands frees as much as it keeps (decoded commands, encoded outputs,
-                # the client's buffers): without a trim RSS per armed schedule stayed twice what
-                # the entries hold (docs/decisions.md, issue 14 item 4).
-                self.release_free_memory()
-                self._last_trim = now
-                took = time.monotonic() - now
-                if took > 0.05:
-                    log.info("heap: settling took %.0f ms", took * 1000)
+        if not (force or (self.changed and now - self._last_freeze >= 1.0)):
+            return
+        if behind and not force:
+            if self._deferred_at is None:
+                self._deferred_at = now
+            if now - self._deferred_at < MAX_DEFER_S:
+                return
+        self._deferred_at = None
+        gc.collect(1)
+        gc.freeze()
+        self.changed = False
+        self._last_freeze = now
+        if force or now - self._last_trim >= TRIM_EVERY_S:
+            # Applying commands frees as much as it keeps (decoded commands, encoded outputs,
+            # the client's buffers): without a trim RSS per armed schedule stayed twice what
+            # the entries hold (docs/decisions.md, issue 14 item 4).
+            self.release_free_memory()
+            self._last_trim = now
+            took = time.monotonic() - now
+            if took > 0.05:
+                log.info("heap: settling took %.0f ms", took * 1000)
 
     @contextlib.contextmanager
     def no_collections(self) -> Iterator[None]:

@@ -239,22 +239,23 @@ class Processor:
             # Only _burst_rounds holds the checkpoints: their outputs (a burst's occurrences) are
             # freed before the GC is back on, not traversed by its first collection for nothing
             # (66 ms at 4 shards × 20,000, a gap in the burst's lag plot: docs/performance.md).
-            self._burst_rounds([self._tick(o, by_partition.get(p, []), now)
-                                for p, o in list(self.owned.items())])
+            behind = self._burst_rounds([self._tick(o, by_partition.get(p, []), now)
+                                         for p, o in list(self.owned.items())])
         if by_partition:
             self.heap.changed = True
-        self.heap.settle()
+        self.heap.settle(behind=behind)
         self.ownership.standby.follow(self.owned)
         self.ownership.standby.poll(STANDBY_BUDGET_S)
 
-    def _burst_rounds(self, commits: list[Checkpoint | None]) -> None:
+    def _burst_rounds(self, commits: list[Checkpoint | None]) -> bool:
         """Join the iteration's commits; while shards fill their tick budget (a burst), tick them
         again first, without a poll in between, for up to ``BURST_ROUNDS_S``.
 
         A shard's next transaction waits only for its own previous commit, which ran while the
         other shards emitted: without these rounds every iteration of a burst ended waiting for
         its last shard's commit. Commands and reports wait for the next poll (at most
-        ``BURST_ROUNDS_S`` longer); no transaction is open when this returns.
+        ``BURST_ROUNDS_S`` longer); no transaction is open when this returns. Returns whether
+        shards still filled their budget when the time ran out (the burst goes on).
         """
         pending = {cp.owned.partition.partition: cp for cp in commits if cp is not None}
         commits.clear()  # a joined checkpoint is dropped at once (see _loop_once)
@@ -276,6 +277,7 @@ class Processor:
             full = again
         for cp in pending.values():
             self._join(cp)
+        return bool(full)
 
     def _poll(self, timeout: float) -> list[Message]:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
