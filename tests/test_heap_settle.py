@@ -61,9 +61,18 @@ def test_a_settle_waits_at_most_max_defer_s_from_the_first_it_put_off(clock: Clo
     assert clock.freezes == [1000.0, 1100.0 + MAX_DEFER_S]
 
 
-def test_a_forced_settle_never_waits(clock: Clock) -> None:
+def test_a_forced_settle_never_waits_and_ends_a_wait(clock: Clock) -> None:
     heap = Heap()
     heap.settle(force=True)
     clock.now = 1000.5
     heap.settle(force=True, behind=True)  # a restore's entries are frozen at once
     assert clock.freezes == [1000.0, 1000.5]
+    heap.changed = True
+    clock.now = 1005.0
+    heap.settle(behind=True)  # put off
+    clock.now = 1006.0
+    heap.settle(force=True, behind=True)  # a restore in the burst ends the wait
+    heap.changed = True
+    clock.now = 1016.0  # 11 s after the first wait began: a new wait, not the old one
+    heap.settle(behind=True)
+    assert clock.freezes == [1000.0, 1000.5, 1006.0]

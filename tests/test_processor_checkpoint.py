@@ -211,6 +211,35 @@ def test_the_burst_rounds_say_whether_shards_are_still_behind(
     proc.checkpoints.shutdown()
 
 
+def test_burst_rounds_that_catch_up_say_the_shards_are_not_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer is the shards' state when the rounds end, not after the first tick."""
+    monkeypatch.setattr(runtime, "BURST_ROUNDS_S", 5.0)
+    proc = Processor(Settings(), tenants=TENANTS, tick_budget=2)
+    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
+    producer = RecordingProducer()
+    proc.ownership.owned[0] = owned_shard(producer, schedules=3)
+    assert proc._burst_rounds([proc._tick(proc.owned[0], [], float(T0 + 1))]) is False  # full, then not
+    assert producer.calls.count("produce dispatch.a") == 3
+    proc.checkpoints.shutdown()
+
+
+def test_the_loop_tells_the_heaps_settle_whether_shards_are_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "BURST_ROUNDS_S", 0.0)
+    proc = Processor(Settings(), tenants=TENANTS, tick_budget=1, clock=lambda: float(T0 + 1))
+    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
+    proc.ownership.owned[0] = owned_shard(RecordingProducer(), schedules=3)
+    settles: list[bool] = []
+    monkeypatch.setattr(proc.heap, "settle", lambda force=False, *, behind=False: settles.append(behind))
+    monkeypatch.setattr(proc.ownership.standby, "follow", lambda owned: None)  # no warm copies here
+    monkeypatch.setattr(proc.ownership.standby, "poll", lambda budget_s: None)
+    proc._loop_once()  # one of three due dispatched: behind
+    assert settles == [True]
+    proc.tick_budget = 10
+    proc._loop_once()  # the other two: caught up
+    assert settles == [True, False]
+    proc.checkpoints.shutdown()
+
+
 @pytest.mark.parametrize(
     ("code", "loss", "last_call"),
     [
