@@ -42,9 +42,7 @@ def test_a_settle_waits_while_shards_are_behind_then_runs(clock: Clock) -> None:
 def test_a_settle_waits_at_most_max_defer_s_from_the_first_it_put_off(clock: Clock) -> None:
     heap = Heap()
     heap.settle(force=True)
-    heap.changed = True
     clock.now = 1099.0
-    heap.changed = False
     heap.settle(behind=True)  # nothing to settle: the wait has not begun
     heap.changed = True
     clock.now = 1100.0  # a burst long after the last settle still puts it off

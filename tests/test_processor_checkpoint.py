@@ -195,16 +195,22 @@ def test_no_poll_and_no_rebalance_callback_while_a_checkpoint_is_open() -> None:
     proc.checkpoints.shutdown()
 
 
+def processor_with_due(producer: RecordingProducer, budget: int, **kw: Any) -> Processor:
+    """A processor owning shard 0 with three schedules due at ``T0``, ticking ``budget`` a tick."""
+    proc = Processor(Settings(), tenants=TENANTS, tick_budget=budget, **kw)
+    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
+    proc.ownership.owned[0] = owned_shard(producer, schedules=3)
+    return proc
+
+
 @pytest.mark.parametrize(("budget", "behind"), [(1, True), (10, False)])
 def test_the_burst_rounds_say_whether_shards_are_still_behind(
     budget: int, behind: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Shards still filling their budget when the rounds' time runs out: the heap's settle waits."""
     monkeypatch.setattr(runtime, "BURST_ROUNDS_S", 0.0)
-    proc = Processor(Settings(), tenants=TENANTS, tick_budget=budget)
-    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
     producer = RecordingProducer()
-    proc.ownership.owned[0] = owned_shard(producer, schedules=3)
+    proc = processor_with_due(producer, budget)
     assert proc._burst_rounds([proc._tick(proc.owned[0], [], float(T0 + 1))]) is behind
     assert producer.calls.count("produce dispatch.a") == min(budget, 3)
     proc.checkpoints.assert_none_open("poll")
@@ -214,10 +220,8 @@ def test_the_burst_rounds_say_whether_shards_are_still_behind(
 def test_burst_rounds_that_catch_up_say_the_shards_are_not_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     """The answer is the shards' state when the rounds end, not after the first tick."""
     monkeypatch.setattr(runtime, "BURST_ROUNDS_S", 5.0)
-    proc = Processor(Settings(), tenants=TENANTS, tick_budget=2)
-    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
     producer = RecordingProducer()
-    proc.ownership.owned[0] = owned_shard(producer, schedules=3)
+    proc = processor_with_due(producer, 2)
     assert proc._burst_rounds([proc._tick(proc.owned[0], [], float(T0 + 1))]) is False  # full, then not
     assert producer.calls.count("produce dispatch.a") == 3
     proc.checkpoints.shutdown()
@@ -225,9 +229,7 @@ def test_burst_rounds_that_catch_up_say_the_shards_are_not_behind(monkeypatch: p
 
 def test_the_loop_tells_the_heaps_settle_whether_shards_are_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "BURST_ROUNDS_S", 0.0)
-    proc = Processor(Settings(), tenants=TENANTS, tick_budget=1, clock=lambda: float(T0 + 1))
-    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
-    proc.ownership.owned[0] = owned_shard(RecordingProducer(), schedules=3)
+    proc = processor_with_due(RecordingProducer(), 1, clock=lambda: float(T0 + 1))
     settles: list[bool] = []
     monkeypatch.setattr(proc.heap, "settle", lambda force=False, *, behind=False: settles.append(behind))
     monkeypatch.setattr(proc.ownership.standby, "follow", lambda owned: None)  # no warm copies here
