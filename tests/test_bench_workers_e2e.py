@@ -53,7 +53,7 @@ def test_bench_workers_with_daily_schedules_measures_the_reports_alone(
     kafka_settings: Settings, tmp_path: Path
 ) -> None:
     """``--kind cron``: daily schedules due at a whole minute; their reports complete nothing, so
-    no version record is written while they are applied (one-time schedules write one each)."""
+    no version record is written while they are applied."""
     r = _bench(tmp_path, "--drain", "--kind", "cron")
     assert r["kind"] == "cron" and r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
     assert r["applied_ahead_s"] > 0

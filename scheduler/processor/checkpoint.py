@@ -235,27 +235,30 @@ class Checkpoint:
 
     def completions(self, entries: list[Entry], now: int) -> None:
         """The COMPLETED records of schedules with no fire time left (the shard's own changes):
-        those :meth:`schedule_change` writes, each topic's in one ``produce_batch`` call (a burst
-        of one-time schedules completes them all within seconds, one per final report)."""
+        the processors' and the tenant's schedules records, each topic's in one ``produce_batch``
+        call (a burst of one-time schedules completes them all within seconds, one per final
+        report). No versions record: a worker's recheck runs an occurrence of a COMPLETED
+        schedule as it runs one of the ACTIVE version before it (docs/contract.md, "Workers"), so
+        the record would change no verdict, and every process of the tenant's workers would apply
+        one per occurrence of a one-time burst (docs/decisions.md, "A completion writes no versions
+        record")."""
         self._at(PRODUCE)
         topics, p = self._registry.topics, self._p
         internal: Messages = []
-        own: dict[str, tuple[Messages, Messages]] = {}  # by tenant: its schedules and versions
+        own: dict[str, Messages] = {}  # by tenant: its schedules records
         encode, now_ms = wire_state.encode_schedule_and_version, now * 1000
         for entry in entries:
-            sched, version = encode(entry, now_ms)
+            sched, _ = encode(entry, now_ms)
             key = entry.schedule_id.encode()
             internal.append({"value": sched, "key": key})
-            runs = own.get(entry.tenant)
-            if runs is None:
-                runs = own[entry.tenant] = ([], [])
-            runs[0].append({"value": sched, "key": key})
-            runs[1].append({"value": version, "key": key})
+            run = own.get(entry.tenant)
+            if run is None:
+                run = own[entry.tenant] = []
+            run.append({"value": sched, "key": key})  # a dict of its own: produce_batch marks refusals in it
         producer = self.owned.producer
         produce_run(producer, topics.schedules, internal, p)
-        for tenant, (schedules, versions) in own.items():
+        for tenant, schedules in own.items():
             produce_run(producer, topics.of("schedules", tenant), schedules, p)
-            produce_run(producer, topics.of("versions", tenant), versions, p)
 
     def lifecycle(self, events: list[Event], dead: list[Attempt], now: int) -> None:
         """Occurrence events, and the DLQ records of occurrences declared dead."""

@@ -25,7 +25,11 @@ missed cancel, by contrast, is the same race any scheduler has between cancel
 and start, and the cancellation flag still reaches the running handler. It
 follows that the processor must not tombstone a schedule's version record
 while occurrences of it can still be on the dispatch topic. COMPLETED runs:
-a one-time schedule completes in the tick that emits its only occurrence.
+a one-time schedule completes in the tick that emits its only occurrence. So the
+processor does not write a completion here at all (it would change no verdict,
+and every worker process would apply one per occurrence of a one-time burst):
+the view keeps the version's state before it, ACTIVE; a COMPLETED record of an
+older processor is applied like any other.
 
 A pause drops the schedule's pending work and resume fires nothing for the
 paused span (DESIGN.md §4), but a dispatch record emitted before the pause
