@@ -62,7 +62,7 @@ def test_occurrence_runs_once_with_its_context_and_reports_started_then_succeede
         seen.append(ctx)
 
     version(cluster, tenant, "s-active", 2, "ACTIVE")
-    version(cluster, tenant, "s-done", 1, "COMPLETED")  # a one-time schedule completes as it fires
+    version(cluster, tenant, "s-done", 1, "COMPLETED")  # from a command, or an older processor: runs
     first = occ(tenant, "s-new", handler="greet", payload=b"hello", attempt=2, version=1)
     with reports(cluster, tenant) as rep, running(cluster, tenant, handlers, worker_id="w-run") as w:
         dispatch(cluster, tenant, first, occ(tenant, "s-active", version=2, handler="greet"),

@@ -276,8 +276,9 @@ def encode_schedule_change(
 def encode_schedule_and_version(
     entry: Entry, now_ms: int, spec_rec: ScheduleSpecRecord | None = None
 ) -> tuple[bytes, bytes]:
-    """The schedules and versions records of ``entry`` as it is now (a completion writes only
-    these: :func:`encode_schedule_change` adds the history record of a command). ``spec_rec``:
+    """The schedules and versions records of ``entry`` as it is now (a tick's completion writes
+    only the schedules record: :meth:`Checkpoint.completions`; :func:`encode_schedule_change`
+    adds the history record of a command). ``spec_rec``:
     the record of its spec when the caller has one (it serves the spec key)."""
     payload = entry.payload
     if len(payload) > MAX_PAYLOAD_BYTES:

@@ -616,7 +616,8 @@ class VersionRecord:
     tenant: str
     # Current version.
     version: int
-    # Current state.
+    # Current state, as far as a recheck acts on it: a completion by a tick is not written (the version's
+    # state before it stays; a COMPLETED schedule's occurrences run).
     state: ScheduleState | ScheduleStateSymbol
     # When it last changed (epoch ms UTC).
     updated_at_ms: int

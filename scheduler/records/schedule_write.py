@@ -55,8 +55,8 @@ def schedule_and_version(
     paused_at_ms: int | None, resumed_at_ms: int | None, last_request_id: str | None,
 ) -> tuple[bytes, bytes]:
     """The ``Schedule`` and ``VersionRecord`` records of one change, in one call: what every
-    accepted change and completion writes (a burst of one-time schedules completes hundreds of
-    thousands). The spec is given as its :func:`spec_key` ``key`` and ``payload``; ``state`` a
+    accepted change writes (a tick's completion, of which a burst of one-time schedules brings
+    hundreds of thousands, writes the ``Schedule`` alone). The spec is given as its :func:`spec_key` ``key`` and ``payload``; ``state`` a
     symbol of ``ScheduleState`` (KeyError otherwise)."""
     i = STATE_INDEX[state]
     return (

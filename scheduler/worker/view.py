@@ -1,7 +1,8 @@
 """A local, continuously updated view of one tenant's ``ksched.versions.<tenant>``.
 
-The compacted topic holds the current version and state of every schedule of
-the tenant (DESIGN.md §3). A background thread reads it with ``assign()`` on
+The compacted topic holds the current version of every schedule of the tenant
+and the state a recheck acts on (DESIGN.md §3; a tick's completion is not
+written, below). A background thread reads it with ``assign()`` on
 every partition from the beginning (``read_committed``, no consumer group, no
 commits) and keeps ``schedule_id -> (version, state)``; a tombstone deletes.
 :meth:`VersionsView.wait_caught_up` returns once every partition has been read
@@ -26,10 +27,12 @@ and start, and the cancellation flag still reaches the running handler. It
 follows that the processor must not tombstone a schedule's version record
 while occurrences of it can still be on the dispatch topic. COMPLETED runs:
 a one-time schedule completes in the tick that emits its only occurrence. So the
-processor does not write a completion here at all (it would change no verdict,
+processor does not write a tick's completion here (it would change no verdict,
 and every worker process would apply one per occurrence of a one-time burst):
-the view keeps the version's state before it, ACTIVE; a COMPLETED record of an
-older processor is applied like any other.
+the view keeps the version's state before it, ACTIVE. A COMPLETED record still
+comes from a command that leaves a schedule no fire time (a one-time schedule
+created or updated into the past, a resume after its last one) and from older
+processors, and is applied like any other.
 
 A pause drops the schedule's pending work and resume fires nothing for the
 paused span (DESIGN.md §4), but a dispatch record emitted before the pause
