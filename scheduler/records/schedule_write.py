@@ -56,8 +56,9 @@ def schedule_and_version(
 ) -> tuple[bytes, bytes]:
     """The ``Schedule`` and ``VersionRecord`` records of one change, in one call: what every
     accepted change writes (a tick's completion, of which a burst of one-time schedules brings
-    hundreds of thousands, writes the ``Schedule`` alone). The spec is given as its :func:`spec_key` ``key`` and ``payload``; ``state`` a
-    symbol of ``ScheduleState`` (KeyError otherwise)."""
+    hundreds of thousands, writes the ``Schedule`` alone). The spec is given as its
+    :func:`spec_key` ``key`` and ``payload``; ``state`` a symbol of ``ScheduleState`` (KeyError
+    otherwise)."""
     i = STATE_INDEX[state]
     return (
         _schedule_record(
