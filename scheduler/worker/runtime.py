@@ -54,6 +54,11 @@ class Worker:
     injected ``tenants``; :meth:`run` raises it for missing topics and, without injected
     ``tenants``, for a tenant the registry (``ksched.tenants`` over the seed file) does not
     have or has disabled.
+
+    A process that runs nothing but this worker may call ``gc.collect()`` and ``gc.freeze()``
+    between building it and :meth:`run`, as ``ksched worker`` does: the reports awaiting
+    acknowledgement trigger full collections, which otherwise walk every long-lived object
+    (docs/decisions.md, "the worker's cyclic GC").
     """
 
     def __init__(
