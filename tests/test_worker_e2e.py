@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from scheduler.worker import (
 
 pytestmark = pytest.mark.kafka
 
-TENANTS = ("wk-run", "wk-fail", "wk-bad", "wk-cancel", "wk-coop")
+TENANTS = ("wk-run", "wk-fail", "wk-bad", "wk-cancel", "wk-coop", "wk-gc")
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,32 @@ def cluster(kafka_settings: Settings) -> Iterator[Settings]:
 
 class Flaky(RetryableError):
     pass
+
+
+def test_freeze_gc_freezes_the_filled_view_before_anything_runs_and_the_worker_runs_as_ever(
+    cluster: Settings,
+) -> None:
+    """``freeze_gc`` (what ``ksched worker`` sets): once the view caught up, what is alive is frozen,
+    the view's map of the tenant's schedules with it (empty, it would not have been tracked yet), so
+    the full collections do not walk it; occurrences then run and report as without it."""
+    tenant = "wk-gc"
+    handlers = Handlers()
+    handlers.register("h")(lambda ctx: None)
+    version(cluster, tenant, "s-known", 1, "ACTIVE")
+    gc.unfreeze()
+    try:
+        with reports(cluster, tenant) as rep, running(cluster, tenant, handlers, freeze_gc=True) as w:
+            states = w.view._states
+            assert len(states) == 1 and gc.get_freeze_count() > 0
+            assert not any(o is states for o in gc.get_objects())  # frozen: out of every generation
+            version(cluster, tenant, "s-new", 1, "ACTIVE")  # applied into the frozen map
+            wait_for(lambda: len(w.view) == 2, 30, "the view to apply a record")
+            dispatch(cluster, tenant, occ(tenant, "s-known"), occ(tenant, "s-new"))
+            rep.until(lambda _: len(rep.finals()) == 2)
+            assert {sid: r.kind for sid, r in rep.finals().items()} == \
+                {"s-known": "SUCCEEDED", "s-new": "SUCCEEDED"}
+    finally:
+        gc.unfreeze()
 
 
 def test_occurrence_runs_once_with_its_context_and_reports_started_then_succeeded(cluster: Settings) -> None:

@@ -80,7 +80,6 @@ def load_handlers(spec: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import gc
     import logging
     from collections.abc import Mapping
 
@@ -102,18 +101,13 @@ def _run(args: argparse.Namespace) -> int:
         worker = Worker(
             settings, tenant=args.tenant, handlers=handlers, concurrency=args.concurrency,
             worker_id=args.worker_id, grace_s=args.grace_s, heartbeat_s=args.heartbeat_s, metrics=metrics,
+            freeze_gc=True,  # this process runs the worker alone (Worker's docstring)
         )
     except (WorkerConfigError, HandlerError) as exc:
         raise UsageError(str(exc)) from None
     if not args.no_metrics:
         port = settings.metrics_port + 1 if args.metrics_port is None else args.metrics_port
         serve_metrics_or_exit(settings, metrics.registry, "ksched-worker", port)
-    # What exists now lives as long as the process: the handlers' module, the clients' objects, the
-    # versions view's map. Out of the cyclic GC's sight, its full collections, which the reports
-    # awaiting acknowledgement trigger, do not walk them (docs/decisions.md, "the worker's cyclic
-    # GC"). The CLI owns this process; an application embedding Worker decides for itself.
-    gc.collect()
-    gc.freeze()
     try:
         worker.run()
     except WorkerConfigError as exc:

@@ -11,6 +11,7 @@ on their own threads. The commit order is written once, in
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import secrets
@@ -55,10 +56,12 @@ class Worker:
     ``tenants``, for a tenant the registry (``ksched.tenants`` over the seed file) does not
     have or has disabled.
 
-    A process that runs nothing but this worker may call ``gc.collect()`` and ``gc.freeze()``
-    between building it and :meth:`run`, as ``ksched worker`` does: the reports awaiting
-    acknowledgement trigger full collections, which otherwise walk every long-lived object
-    (docs/decisions.md, "the worker's cyclic GC").
+    ``freeze_gc``: once the versions view caught up and the clients started, :meth:`run` calls
+    ``gc.collect()`` and ``gc.freeze()``, so the full collections that the reports awaiting
+    acknowledgement trigger no longer walk the view's map of every schedule, the clients and
+    the modules (docs/decisions.md, "the worker's cyclic GC"). Only for a process that runs
+    nothing but this worker (``ksched worker`` sets it): every object then alive is frozen, and
+    one that later becomes cyclic garbage is never collected.
     """
 
     def __init__(
@@ -73,8 +76,10 @@ class Worker:
         heartbeat_s: float = 5.0,
         metrics: WorkerMetrics | None = None,
         tenants: Mapping[str, Tenant] | None = None,
+        freeze_gc: bool = False,
     ) -> None:
         self.settings, self.tenant = settings, tenant
+        self.freeze_gc = freeze_gc
         self._tenants = tenants  # None: the registry (ksched.tenants) is read when run() starts
         self._concurrency = concurrency
         self.concurrency = concurrency or 0  # the tenant's max_running unless given: set by the check
@@ -179,6 +184,9 @@ class Worker:
             log.info("worker %s: versions view of %s caught up (%d schedules)",
                      self.worker_id, self.tenant, len(self.view))
             intake = self._start_clients()
+            if self.freeze_gc:  # the view's map is filled by now: frozen with it (an empty dict is untracked)
+                gc.collect()
+                gc.freeze()
             self._ready.set()
             try:
                 while not self._stop.is_set():
