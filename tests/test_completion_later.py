@@ -41,7 +41,7 @@ class Log:
 
     def complete(self, e: Entry, now: int) -> None:
         """What Checkpoint.completions writes: the schedule's record, no history record."""
-        sched, _ = wire_state.encode_schedule_and_version(e, now * 1000)
+        sched = wire_state.encode_completion(e, now * 1000)
         self.recs.append((e.schedule_id, sched, None))
 
     def tick(self, s: Shard, out: TickOutput, now: int) -> TickOutput:

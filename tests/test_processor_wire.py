@@ -130,6 +130,7 @@ def test_a_change_and_its_version_are_the_codecs_records_whatever_the_spec_key_c
             for kind in ("CREATE", "PAUSE", None):  # None: a completion's records
                 if kind is None:
                     sched, version = wire_state.encode_schedule_and_version(e, T0 * 1000)
+                    assert wire_state.encode_completion(e, T0 * 1000) == sched
                 else:
                     sched, _, version = wire_state.encode_schedule_change(e, kind, "r", T0)
                 assert sched == encode(Schedule(

@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
 
     stamp = wire.dispatch_stamp(due * 1000)
     dispatch = wire.produce_dispatch
-    complete = wire_state.encode_schedule_and_version
+    complete = wire_state.encode_completion
     due_s = encode_s = complete_s = 0.0
     total = ticks = completed = 0
     fired: set[str] = set()
@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
             dispatch(out.dispatch, stamp, _dispatch_topic, wire.single_object, send, 0)
             t2 = time.thread_time()
             for e in out.completed:  # what Checkpoint.completions writes for each (no versions record)
-                sched, _ = complete(e, due * 1000)
+                sched = complete(e, due * 1000)
                 produce("schedules", sched, e.schedule_id.encode())
             t3 = time.thread_time()
         completed += len(out.completed)

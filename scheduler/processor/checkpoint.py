@@ -246,9 +246,9 @@ class Checkpoint:
         topics, p = self._registry.topics, self._p
         internal: Messages = []
         own: dict[str, Messages] = {}  # by tenant: its schedules records
-        encode, now_ms = wire_state.encode_schedule_and_version, now * 1000
+        encode, now_ms = wire_state.encode_completion, now * 1000
         for entry in entries:
-            sched, _ = encode(entry, now_ms)
+            sched = encode(entry, now_ms)
             key = entry.schedule_id.encode()
             internal.append({"value": sched, "key": key})
             run = own.get(entry.tenant)

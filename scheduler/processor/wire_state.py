@@ -43,7 +43,7 @@ from scheduler.records import (
 )
 from scheduler.records.avro_fast import Scanned
 from scheduler.records.schedule_scan import ScannedSchedule, scan_fields, spec_of_key
-from scheduler.records.schedule_write import schedule_and_version
+from scheduler.records.schedule_write import schedule_record, version_record
 from scheduler.vocabulary import CommandKind, Lane
 
 _ON_TIME = (Lane.STRICT, Lane.FLEXIBLE)
@@ -244,7 +244,7 @@ def encode_schedule_change(
     entry: Entry, kind: str, request_id: str, now: int, shard: ShardStore | None = None
 ) -> tuple[bytes, bytes, bytes]:
     """The schedules, history and versions records of an accepted command's change (a
-    completion, the shard's own change, has no history record: :func:`encode_schedule_and_version`).
+    completion, the shard's own change, has only its schedules record: :func:`encode_completion`).
 
     The schedules record is rebuilt from the entry (its spec is the shared base
     plus its payload), so the shard keeps no copy of the record. The history record carries
@@ -276,17 +276,29 @@ def encode_schedule_change(
 def encode_schedule_and_version(
     entry: Entry, now_ms: int, spec_rec: ScheduleSpecRecord | None = None
 ) -> tuple[bytes, bytes]:
-    """The schedules and versions records of ``entry`` as it is now (a tick's completion writes
-    only the schedules record: :meth:`Checkpoint.completions`; :func:`encode_schedule_change`
-    adds the history record of a command). ``spec_rec``:
-    the record of its spec when the caller has one (it serves the spec key)."""
+    """The schedules and versions records of ``entry`` as it is now, after a command
+    (:func:`encode_schedule_change` adds its history record). ``spec_rec``: the record of its spec
+    when the caller has one (it serves the spec key)."""
+    # the last pause: workers refuse an occurrence that was pending through it
+    version = version_record(entry.schedule_id, entry.tenant, entry.version, entry.state, now_ms,
+                             entry.paused_at_ms, entry.resumed_at_ms)
+    return schedule_record(*_schedule_args(entry, now_ms, spec_rec)), version
+
+
+def encode_completion(entry: Entry, now_ms: int) -> bytes:
+    """The schedules record of ``entry``, completed by a tick: no versions record
+    (:meth:`Checkpoint.completions` says why)."""
+    return schedule_record(*_schedule_args(entry, now_ms, None))
+
+
+def _schedule_args(entry: Entry, now_ms: int, spec_rec: ScheduleSpecRecord | None) -> tuple[Any, ...]:
+    """:func:`schedule_record`'s arguments for ``entry`` as it is now."""
     payload = entry.payload
     if len(payload) > MAX_PAYLOAD_BYTES:
         check_payload(payload)  # a stored payload over the limit raises, as a spec would
     rare, (created_ms, effective) = entry_rare_times(entry)
-    return schedule_and_version(
+    return (
         entry.tenant, entry.schedule_id, entry.version, entry.state, _spec_key(entry.parts, spec_rec),
         payload, created_ms, now_ms, effective * 1000, entry.idempotency_key,
-        # the last pause: workers refuse an occurrence that was pending through it
         rare.paused_at_ms, rare.resumed_at_ms, rare.last_request_id,
     )

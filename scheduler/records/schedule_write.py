@@ -1,6 +1,6 @@
-"""The ``Schedule`` and ``VersionRecord`` records' fast write path (:func:`schedule_and_version`):
-one of each per accepted change and per completed schedule (a burst of one-time schedules
-completes them all at once).
+"""The ``Schedule`` and ``VersionRecord`` records' fast write path (:func:`schedule_record`,
+:func:`version_record`): one of each per accepted command's change, a ``Schedule`` alone per
+completed schedule (a burst of one-time schedules completes them all at once).
 
 Through the record dataclasses and the generated writer, a schedule record costs a
 ``ScheduleSpecRecord`` built from the shared spec and two dataclass constructions. Here the spec
@@ -49,23 +49,29 @@ def spec_key(spec: ScheduleSpecRecord) -> bytes:
     return _key_writer(spec)
 
 
-def schedule_and_version(
+def schedule_record(
     tenant: str, schedule_id: str, version: int, state: str, key: bytes, payload: bytes,
     created_at_ms: int, updated_at_ms: int, effective_from_ms: int, idempotency_key: str | None,
     paused_at_ms: int | None, resumed_at_ms: int | None, last_request_id: str | None,
-) -> tuple[bytes, bytes]:
-    """The ``Schedule`` and ``VersionRecord`` records of one change, in one call: what every
-    accepted change writes (a tick's completion, of which a burst of one-time schedules brings
-    hundreds of thousands, writes the ``Schedule`` alone). The spec is given as its
-    :func:`spec_key` ``key`` and ``payload``; ``state`` a symbol of ``ScheduleState`` (KeyError
-    otherwise)."""
-    i = STATE_INDEX[state]
-    return (
-        _schedule_record(
-            HEADER, tenant, schedule_id, version, i, key, payload, created_at_ms, updated_at_ms,
-            effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id,
-        ),
-        _version_record(
-            _VERSION_HEADER, schedule_id, tenant, version, i, updated_at_ms, paused_at_ms, resumed_at_ms,
-        ),
+) -> bytes:
+    """The ``Schedule`` record of one change: what every accepted change and every tick's
+    completion writes (a burst of one-time schedules brings hundreds of thousands of these). The
+    spec is given as its :func:`spec_key` ``key`` and ``payload``; ``state`` a symbol of
+    ``ScheduleState`` (KeyError otherwise)."""
+    return _schedule_record(
+        HEADER, tenant, schedule_id, version, STATE_INDEX[state], key, payload, created_at_ms, updated_at_ms,
+        effective_from_ms, idempotency_key, paused_at_ms, resumed_at_ms, last_request_id,
+    )
+
+
+def version_record(
+    schedule_id: str, tenant: str, version: int, state: str, updated_at_ms: int,
+    paused_at_ms: int | None, resumed_at_ms: int | None,
+) -> bytes:
+    """The ``VersionRecord`` of an accepted command's change (a tick's completion writes none:
+    :meth:`scheduler.processor.checkpoint.Checkpoint.completions`); ``state`` as in
+    :func:`schedule_record`."""
+    return _version_record(
+        _VERSION_HEADER, schedule_id, tenant, version, STATE_INDEX[state], updated_at_ms, paused_at_ms,
+        resumed_at_ms,
     )
