@@ -53,8 +53,9 @@ def test_bench_workers_with_daily_schedules_measures_the_reports_alone(
     kafka_settings: Settings, tmp_path: Path
 ) -> None:
     """``--kind cron``: daily schedules due at a whole minute; their reports complete nothing, so
-    no version record is written while they are applied."""
-    r = _bench(tmp_path, "--drain", "--kind", "cron")
+    no version record is written while they are applied. Its worker runs niced (``--worker-nice``)."""
+    r = _bench(tmp_path, "--drain", "--kind", "cron", "--worker-nice", "3")
+    assert r["worker_nice"] == 3
     assert r["kind"] == "cron" and r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
     assert r["applied_ahead_s"] > 0
     assert r["broker_bytes_per_occurrence_reported"].get("versions", 0) == 0

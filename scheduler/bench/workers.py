@@ -22,6 +22,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +91,16 @@ def register(sub: Any) -> None:
                    help="with --drain: the processor is stopped (SIGSTOP) while the workers drain, then "
                         "resumed with every report queued, and timed applying them: its capacity "
                         "(held_reports_per_s, held_processor_cpu_us_per_report)")
+    p.add_argument("--worker-nice", type=int, default=0, metavar="N",
+                   help="run the worker processes at this niceness (0-19): on one machine the processor and "
+                        "the broker get the cores first, as when the workers run on machines of their own")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
 
 
-def _worker(env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
+def _worker(env: dict[str, str], concurrency: int, nice: int = 0) -> subprocess.Popen[bytes]:
+    """A worker process of the bench's tenant, at niceness ``nice`` (every thread it starts inherits it)."""
     cmd = [
         sys.executable,
         "-m",
@@ -110,7 +116,18 @@ def _worker(env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
         "--log-level",
         "WARNING",
     ]
-    return subprocess.Popen(cmd, env=env)
+    return subprocess.Popen(cmd, env=env, preexec_fn=niced(nice))
+
+
+def niced(nice: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that raises a child's niceness by ``nice`` before it runs (None for 0)."""
+    if not nice:
+        return None
+
+    def lower() -> None:
+        os.nice(nice)
+
+    return lower
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -146,6 +163,7 @@ def _run(args: argparse.Namespace) -> int:
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE bench_effects (occurrence_id TEXT)")
     env = _env(args, space.env, tmp, db)
+    start = partial(_worker, env, args.concurrency, args.worker_nice)
     reports = consumer(settings.kafka())
     t_commands = topic_name(settings, "commands", TENANT)
     group = consumer(settings.kafka(), f"{settings.namespace}.processor")
@@ -156,7 +174,7 @@ def _run(args: argparse.Namespace) -> int:
     # once the burst is on the dispatch topic (SIGSTOPped ones let their 10 s group session expire
     # over a longer emission: a rejoin in the measured span), and a first one, stopped once idle,
     # measures the start-up CPU to take out.
-    workers = [_worker(env, args.concurrency) for _ in range(1 if args.drain else args.processes)]
+    workers = [start() for _ in range(1 if args.drain else args.processes)]
     startup_cpu = _idle_cpu(workers[0]) if args.drain else 0.0
     if args.drain:
         stop_all(workers)
@@ -187,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
             sampler.cpu.clear()
             stopped_at = _wait_dispatched(settings, total, proc if args.held else None)
             print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
-            workers = [_worker(env, args.concurrency) for _ in range(args.processes)]
+            workers = [start() for _ in range(args.processes)]
             cpu_before = startup_cpu * len(workers)
         deadline = time.monotonic() + max(120.0, due - time.time() + (args.second_burst or 0) + total / 100)
         while len(e2e) + len(e2e_second) < total and time.monotonic() < deadline:
@@ -210,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
                 sampler.sample(workers, done, force=True)  # the killed worker's CPU up to its end
                 workers[0].send_signal(signal.SIGKILL)
                 workers[0].wait()
-                workers[0] = _worker(env, args.concurrency)
+                workers[0] = start()
                 killed = True
                 print(f"killed a worker at {done:,} succeeded; started another")
         held = _apply_held(proc, sampler, stopped_at) if args.held else {}
@@ -259,6 +277,7 @@ def _run(args: argparse.Namespace) -> int:
         "handler": args.handler_kind,
         "kind": args.kind,
         "concurrency_per_worker": args.concurrency,
+        "worker_nice": args.worker_nice,
         **held,
     }
     if n2:
