@@ -127,7 +127,7 @@ def test_a_change_and_its_version_are_the_codecs_records_whatever_the_spec_key_c
             wire_state._SPEC_KEYS.clear()
         for sid in ("s00", "s01", "s03", "s04", "s05"):
             e = s.entries[sid]
-            for kind in ("CREATE", "PAUSE", None):  # None: a completion's records
+            for kind in ("CREATE", "PAUSE", None):  # None: the pair, and a completion's record
                 if kind is None:
                     sched, version = wire_state.encode_schedule_and_version(e, T0 * 1000)
                     assert wire_state.encode_completion(e, T0 * 1000) == sched

@@ -22,7 +22,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -91,16 +90,17 @@ def register(sub: Any) -> None:
                    help="with --drain: the processor is stopped (SIGSTOP) while the workers drain, then "
                         "resumed with every report queued, and timed applying them: its capacity "
                         "(held_reports_per_s, held_processor_cpu_us_per_report)")
-    p.add_argument("--worker-nice", type=int, default=0, metavar="N",
-                   help="run the worker processes at this niceness (0-19): on one machine the processor and "
-                        "the broker get the cores first, as when the workers run on machines of their own")
+    p.add_argument("--worker-nice", type=int, default=0, choices=range(20), metavar="N",
+                   help="run the worker processes N nicer than the bench (0-19): on one machine the "
+                        "processor and the broker get the cores first, as with workers on machines apart")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
 
 
 def _worker(env: dict[str, str], concurrency: int, nice: int = 0) -> subprocess.Popen[bytes]:
-    """A worker process of the bench's tenant, at niceness ``nice`` (every thread it starts inherits it)."""
+    """A worker process of the bench's tenant, ``nice`` nicer than the bench (every thread it starts
+    inherits it)."""
     cmd = [
         sys.executable,
         "-m",
@@ -116,18 +116,15 @@ def _worker(env: dict[str, str], concurrency: int, nice: int = 0) -> subprocess.
         "--log-level",
         "WARNING",
     ]
-    return subprocess.Popen(cmd, env=env, preexec_fn=niced(nice))
+    return subprocess.Popen(niced(nice, cmd), env=env)
 
 
-def niced(nice: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that raises a child's niceness by ``nice`` before it runs (None for 0)."""
-    if not nice:
-        return None
-
-    def lower() -> None:
-        os.nice(nice)
-
-    return lower
+def niced(nice: int, cmd: list[str]) -> list[str]:
+    """``cmd`` run ``nice`` nicer than this process, through nice(1), which execs it: the child keeps
+    its pid (signals and CPU samples reach it). Not ``preexec_fn``, which is unsafe in a process
+    with threads (the bench's Kafka clients), and not ``setpriority`` after the start, which on
+    Linux changes only the thread it names."""
+    return ["nice", "-n", str(nice), *cmd] if nice else cmd
 
 
 def _run(args: argparse.Namespace) -> int:
