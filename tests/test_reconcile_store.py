@@ -15,7 +15,7 @@ from scheduler.history import HistoryStore
 from scheduler.reconcile.account import DUPLICATE, Ledger, settle
 from scheduler.reconcile.lean import dispatch_head, event_head
 from scheduler.reconcile.store_source import read_store
-from scheduler.records import AttemptReport, decode_fields, record_type
+from scheduler.records import report_fields
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 T = "acme"
@@ -59,10 +59,10 @@ def from_topics(recs: list[Rec], ledger: Ledger) -> None:
         elif r.source.value == "occurrence-events":
             oid, sid, _t, ver, sf, state, att = event_head(r.value)
             ledger.event(oid, sid, ver, sf // 1000, state, att)
-        elif record_type(r.value) is AttemptReport:
-            d = decode_fields(r.value, AttemptReport)
-            ledger.report(d["occurrence_id"], d["schedule_id"], d["version"], d["scheduled_for_ms"] // 1000,
-                          d["attempt"], str(d["kind"]))
+        else:
+            for d in report_fields(r.value) or ():
+                oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000
+                ledger.report(oid, d["schedule_id"], d["version"], sf, d["attempt"], str(d["kind"]))
 
 
 def test_reconcile_store_rows_give_the_verdict_of_the_records(store: HistoryStore) -> None:

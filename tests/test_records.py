@@ -27,6 +27,7 @@ import scheduler.records as records
 from scheduler.records import (
     TOP_LEVEL,
     AttemptReport,
+    AttemptReports,
     CommandResult,
     Occurrence,
     RecordDecodeError,
@@ -38,8 +39,10 @@ from scheduler.records import (
     current_schema,
     decode,
     decode_command_topic,
+    decode_fields,
     encode,
     record_type,
+    report_fields,
     schema_header,
 )
 from scheduler.records.codec import Codecs
@@ -259,13 +262,31 @@ def test_nested_records_round_trip() -> None:
     assert decode(encode(rt), ScheduleRuntime) == rt
 
 
-def test_commands_topic_carries_both_types() -> None:
+def test_commands_topic_carries_its_three_types() -> None:
     cmd = ScheduleCommand(request_id="r", tenant="t", schedule_id="s", kind="PAUSE", issued_at_ms=1)
     assert decode_command_topic(encode(cmd)) == cmd
     rep = report()
     assert decode_command_topic(encode(rep)) == rep
-    with pytest.raises(RecordDecodeError, match="got Occurrence, expected ScheduleCommand or AttemptReport"):
+    other = dataclasses.replace(rep, kind="FAILED", retryable=True, error_class="E", error_message="m")
+    reps = AttemptReports(reports=(rep, other))
+    assert decode_command_topic(encode(reps)) == reps
+    with pytest.raises(RecordDecodeError,
+                       match="got Occurrence, expected ScheduleCommand, AttemptReport or AttemptReports"):
         decode_command_topic(encode(occurrence()))
+
+
+def test_report_fields_reads_a_report_alone_or_several_alike() -> None:
+    rep = report()
+    other = dataclasses.replace(rep, occurrence_id="o2", kind="FAILED", retryable=False, error_class="E")
+    alone = report_fields(encode(rep))
+    assert alone == [decode_fields(encode(rep), AttemptReport)]
+    both = report_fields(encode(AttemptReports(reports=(rep, other))))
+    assert both == [alone[0], decode_fields(encode(other), AttemptReport)]
+    assert report_fields(encode(AttemptReports(reports=()))) == []
+    cmd = ScheduleCommand(request_id="r", tenant="t", schedule_id="s", kind="PAUSE", issued_at_ms=1)
+    assert report_fields(encode(cmd)) is None
+    with pytest.raises(RecordDecodeError, match="got Occurrence"):
+        report_fields(encode(occurrence()))
 
 
 # --- field mirrors ----------------------------------------------------------------------------------
@@ -375,6 +396,7 @@ def test_public_api_is_pinned() -> None:
             "TOP_LEVEL",
             "ApiKeyRecord",
             "AttemptReport",
+            "AttemptReports",
             "CommandResult",
             "DlqEntry",
             "Occurrence",
@@ -403,6 +425,7 @@ def test_public_api_is_pinned() -> None:
             "decode_fields",
             "encode",
             "record_type",
+            "report_fields",
             "schema_header",
         ]
     )

@@ -9,8 +9,17 @@ from itertools import groupby
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.records import AttemptReport, OccurrenceEvent, decode, decode_command_topic, encode
-from scheduler.records.report_scan import KINDS, event, scan
+from scheduler.records import (
+    AttemptReport,
+    AttemptReports,
+    OccurrenceEvent,
+    decode,
+    decode_command_topic,
+    encode,
+)
+from scheduler.records.avro_fast import avro_long
+from scheduler.records.report import batch_value
+from scheduler.records.report_scan import KINDS, REPORTS_HEADER, event, reports_of, scan, scan_batch
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 ints = st.integers(min_value=-(2**31), max_value=2**31 - 1)
@@ -142,3 +151,39 @@ def test_a_batchs_events_go_out_in_tenant_runs_each_record_the_codecs(
     expected = Counter((f[0], f[1]) for f in fields)
     expected[("a", "SUCCEEDED")] += 2
     assert counts == dict(expected)
+
+
+@exact
+@given(st.lists(reports, max_size=6))
+def test_scan_batch_reads_what_the_codec_reads(reps: list[AttemptReport]) -> None:
+    raw = encode(AttemptReports(reports=tuple(reps)))
+    assert batch_value([encode(r) for r in reps]) == raw  # the worker's writer, byte for byte
+    assert scan_batch(raw) == [astuple(r) for r in reps]
+    assert reports_of(raw) == [astuple(r) for r in reps]
+    assert scan(raw) is None  # another header: the inbox tries the batch only after the report
+
+
+@exact
+@given(st.lists(reports, min_size=1, max_size=4), st.lists(reports, min_size=1, max_size=4))
+def test_scan_batch_reads_blocks_with_a_negative_count_and_their_size(
+    first: list[AttemptReport], second: list[AttemptReport]
+) -> None:
+    """The Avro specification lets a writer send a block as -count and its size in bytes."""
+    bodies = [b"".join(encode(r)[10:] for r in block) for block in (first, second)]
+    raw = b"".join((REPORTS_HEADER, avro_long(-len(first)), avro_long(len(bodies[0])), bodies[0],
+                    avro_long(len(second)), bodies[1], b"\x00"))
+    assert scan_batch(raw) == [astuple(r) for r in first + second]
+    assert decode_command_topic(raw) == AttemptReports(reports=tuple(first + second))
+
+
+@exact
+@given(st.lists(reports, min_size=1, max_size=4), st.data())
+def test_a_batch_that_does_not_scan_is_left_to_the_codec(
+    reps: list[AttemptReport], data: st.DataObject
+) -> None:
+    """A truncated batch, trailing bytes, a bad item or a single report: None, never some of its reports."""
+    raw = encode(AttemptReports(reports=tuple(reps)))
+    cut = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    assert scan_batch(raw[:cut]) is None
+    assert scan_batch(raw + data.draw(st.binary(min_size=1, max_size=4))) is None
+    assert scan_batch(encode(reps[0])) is None

@@ -16,7 +16,14 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
 from scheduler.kafka.clients import consumer, producer
-from scheduler.records import AttemptReport, Occurrence, VersionRecord, decode_command_topic, encode
+from scheduler.records import (
+    AttemptReport,
+    AttemptReports,
+    Occurrence,
+    VersionRecord,
+    decode_command_topic,
+    encode,
+)
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
 from scheduler.worker import Handler, Worker
@@ -107,8 +114,8 @@ class Reports:
             for m in self._c.consume(500, 0.05):
                 if m.error() is None:
                     rec = decode_command_topic(m.value() or b"")
-                    if isinstance(rec, AttemptReport) and rec.tenant == self.tenant:
-                        self.all.append(rec)
+                    reps = rec.reports if isinstance(rec, AttemptReports) else (rec,)
+                    self.all += [r for r in reps if isinstance(r, AttemptReport) and r.tenant == self.tenant]
             if time.monotonic() >= end:
                 return self.all
 

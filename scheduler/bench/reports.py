@@ -4,7 +4,9 @@ N hourly schedules of one tenant fire in a :class:`~scheduler.processor.shard.Sh
 ``ksched bench fire``); each dispatch record is read back the way a worker reads it and answered
 with the worker's own encoder (:class:`~scheduler.worker.reports.Reporter`): one final SUCCEEDED
 report carrying its start time, as fast handlers send (``--started``: a STARTED report then the
-final one, as pool handlers send). The reports then go through the processor's real intake,
+final one, as pool handlers send), a record each or (``--batch N``) N to an ``AttemptReports``
+record, as a worker sends its fast handlers' final reports. The reports then go through the
+processor's real intake,
 the runtime's :meth:`scheduler.processor.inbox.Inbox.take_all` (scan → fence → apply →
 occurrence-event encode → produce into a producer that counts), a poll's records at a time
 (``runtime.POLL_BATCH``) with the cyclic GC off during each, as the runtime calls it for a
@@ -66,6 +68,10 @@ def register(sub: Any) -> None:
     p.add_argument("--reports", type=int, default=200_000, help="final reports (one per occurrence)")
     p.add_argument("--started", action="store_true",
                    help="send a STARTED report before each final one (pool handlers); default: final only")
+    p.add_argument("--batch", type=_rounds, default=1, metavar="N",
+                   help="reports per record: N > 1 sends them as AttemptReports records of N, as a worker "
+                   "sends its fast handlers' final reports; default 1: a record each (pool handlers, "
+                   "other languages' workers)")
     p.add_argument("--rounds", type=_rounds, default=3,
                    help="runs of the whole intake, each on a fresh shard; the figure is their median")
     p.add_argument("--json", dest="json_file", default="bench-out/reports.json")
@@ -131,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.processor.metrics import ProcessorMetrics
     from scheduler.processor.ownership import OwnedShard
     from scheduler.processor.runtime import POLL_BATCH
-    from scheduler.records.report_scan import scan
+    from scheduler.records.report import batch_value
+    from scheduler.records.report_scan import scan, scan_batch
     from scheduler.settings import load_settings
     from scheduler.topology import topic_name
 
@@ -146,7 +153,9 @@ def _run(args: argparse.Namespace) -> int:
     # runs 0..rounds-1: Inbox.take_all as the runtime calls it; the last: its stages timed apart
     for r in range(args.rounds + 1):
         shard, dispatched = _fired_shard(n, due)
-        raws = _reports(dispatched, args.started)
+        reps = _reports(dispatched, args.started)
+        raws = reps if args.batch == 1 else [batch_value(reps[i:i + args.batch])
+                                             for i in range(0, len(reps), args.batch)]
         msgs = [Message(topic=topic, partition=0, offset=off, value=raw) for off, raw in enumerate(raws)]
         # as the runtime takes them: at most POLL_BATCH records a poll, one take_all each
         polls = [msgs[i:i + POLL_BATCH] for i in range(0, len(msgs), POLL_BATCH)]
@@ -176,7 +185,8 @@ def _run(args: argparse.Namespace) -> int:
             for raw_poll in raw_polls:
                 with Heap.quiet():
                     t0 = time.thread_time()
-                    scanned = [scan(raw) for raw in raw_poll]
+                    scanned: list[Any] = ([scan(raw) for raw in raw_poll] if args.batch == 1 else
+                                          [r for raw in raw_poll for r in scan_batch(raw) or (None,)])
                     t1 = time.thread_time()
                     events: list[Any] = []
                     dead: list[Any] = []
@@ -194,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
         gc.unfreeze()
         runs.append(run)
     *wholes, staged = runs
-    sent = len(wholes[0]["cp"].records)
+    sent = len(reps)  # reports, in len(raws) records
     events_topic = checkpoints.topics.of("occurrence-events", _TENANT)
     ignored = [_total(w["metrics"], "ksched_attempt_reports_ignored_total") for w in wholes]
     applied = [_total(w["metrics"], "ksched_attempt_reports_total") - i
@@ -204,6 +214,8 @@ def _run(args: argparse.Namespace) -> int:
     median = statistics.median(per_report)
     fig = {
         "reports": sent,
+        "records": len(raws),
+        "batch": args.batch,
         "occurrences": n,
         "started": bool(args.started),
         "applied": min(applied),

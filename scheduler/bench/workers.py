@@ -24,7 +24,10 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 NOOP_HANDLERS = """
 import os
@@ -127,6 +130,24 @@ def niced(nice: int, cmd: list[str]) -> list[str]:
     return ["nice", "-n", str(nice), *cmd] if nice else cmd
 
 
+def _take_succeeded(
+    msgs: list[Message], e2e: dict[str, float], e2e_second: dict[str, float], second_ms: int | None
+) -> None:
+    """The e2e seconds of each first SUCCEEDED report among ``msgs`` of the commands topic (a report
+    alone, or a worker's batch of them), by occurrence id: the second burst's (due at
+    ``second_ms``) into ``e2e_second``, the others into ``e2e``."""
+    from scheduler.records.report_scan import reports_of
+
+    for m in msgs:
+        if m.error() is not None:
+            continue
+        for r in reports_of(m.value() or b""):
+            if r[7] == "SUCCEEDED":
+                sf_ms = r[4]
+                into = e2e_second if sf_ms == second_ms else e2e
+                into.setdefault(r[0], (r[12] - sf_ms) / 1000)
+
+
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import TopicPartition
 
@@ -143,7 +164,6 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.bench.workers_load import TENANT, dispatch_lags, load, pct
     from scheduler.bench.workers_view import Sampler, plot
     from scheduler.kafka.clients import consumer
-    from scheduler.records import AttemptReport, decode_fields, record_type
     from scheduler.subprocesses import stop_all
     from scheduler.tenants import Tenant
     from scheduler.topology import topic_name
@@ -206,14 +226,7 @@ def _run(args: argparse.Namespace) -> int:
             cpu_before = startup_cpu * len(workers)
         deadline = time.monotonic() + max(120.0, due - time.time() + (args.second_burst or 0) + total / 100)
         while len(e2e) + len(e2e_second) < total and time.monotonic() < deadline:
-            for m in reports.consume(5000, 0.5):
-                value = m.value() or b""
-                if m.error() is not None or record_type(value) is not AttemptReport:
-                    continue
-                r = decode_fields(value, AttemptReport)
-                if str(r["kind"]) == "SUCCEEDED":
-                    into = e2e_second if n2 and r["scheduled_for_ms"] == second_ms else e2e
-                    into.setdefault(r["occurrence_id"], (r["reported_at_ms"] - r["scheduled_for_ms"]) / 1000)
+            _take_succeeded(reports.consume(5000, 0.5), e2e, e2e_second, second_ms if n2 else None)
             done = len(e2e) + len(e2e_second)
             if args.drain and done and not proc_cpu_before:
                 # The processor has emitted every occurrence: from the first report on, its CPU and

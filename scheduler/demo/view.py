@@ -19,6 +19,7 @@ from rich.table import Table
 from scheduler.kafka.clients import consumer
 from scheduler.records import (
     AttemptReport,
+    AttemptReports,
     Occurrence,
     OccurrenceEvent,
     RecordDecodeError,
@@ -90,6 +91,18 @@ class LiveView:
                 self.rows.popitem(last=False)
         return row
 
+    def _report(self, r: AttemptReport) -> None:
+        if r.tenant not in self.tenants:
+            return
+        row = self._row(r.occurrence_id, r.tenant, r.schedule_id, r.scheduled_for_ms)
+        state = {"STARTED": "RUNNING", "HEARTBEAT": "RUNNING"}.get(r.kind, r.kind)
+        if r.kind == "FAILED" and r.error_class == "ksched.Canceled":
+            state = "CANCELED"
+        row.attempt, row.state = r.attempt, state
+        row.note = f"{r.error_class}: {r.error_message}"[:40] if r.kind == "FAILED" else ""
+        if r.kind in ("SUCCEEDED", "FAILED"):
+            self.totals[state] += 1
+
     def _apply(self, topic: str, value: bytes) -> None:
         try:
             kind = record_type(value)
@@ -102,17 +115,10 @@ class LiveView:
                     self.lags.append((o.enqueued_at_ms - o.available_at_ms) / 1000)
                 self.totals["ENQUEUED"] += 1
             elif kind is AttemptReport:
-                r = decode(value, AttemptReport)
-                if r.tenant not in self.tenants:
-                    return
-                row = self._row(r.occurrence_id, r.tenant, r.schedule_id, r.scheduled_for_ms)
-                state = {"STARTED": "RUNNING", "HEARTBEAT": "RUNNING"}.get(r.kind, r.kind)
-                if r.kind == "FAILED" and r.error_class == "ksched.Canceled":
-                    state = "CANCELED"
-                row.attempt, row.state = r.attempt, state
-                row.note = f"{r.error_class}: {r.error_message}"[:40] if r.kind == "FAILED" else ""
-                if r.kind in ("SUCCEEDED", "FAILED"):
-                    self.totals[state] += 1
+                self._report(decode(value, AttemptReport))
+            elif kind is AttemptReports:
+                for r in decode(value, AttemptReports).reports:
+                    self._report(r)
             elif kind is OccurrenceEvent:
                 e = decode(value, OccurrenceEvent)
                 if e.tenant not in self.tenants or e.state == "SUCCEEDED":

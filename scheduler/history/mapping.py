@@ -12,6 +12,7 @@ dispatch.<t>       Occurrence                  occurrence: ENQUEUED (attempt), a
                                                enqueued_at = the record's LogAppendTime
 occurrence-events  OccurrenceEvent             occurrence: the event's state (attempt, reason)
 commands.<t>       AttemptReport               attempt row; occurrence: RUNNING (attempt)
+                   AttemptReports              the same for each of its reports
                    ScheduleCommand             nothing (the accepted change is in history)
 schedule-history   ScheduleHistoryEntry        schedules: the version, its command and spec
 schedules          Schedule                    schedules: the version's full spec and times
@@ -52,15 +53,12 @@ from scheduler.history.rows import (
     rank,
 )
 from scheduler.records import (
-    AttemptReport,
     DlqEntry,
     RecordDecodeError,
     Schedule,
-    ScheduleCommand,
     ScheduleHistoryEntry,
     decode,
-    decode_fields,
-    record_type,
+    report_fields,
 )
 
 _MAX_ERRORS = 20
@@ -221,10 +219,17 @@ def _add_event(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None:
 
 
 def _add_command(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None:
-    kind = record_type(value)
-    if kind is ScheduleCommand:
-        return None  # its accepted effect is on schedule-history
-    d = decode_fields(value, AttemptReport)
+    reports = report_fields(value)
+    if reports is None:
+        return None  # a ScheduleCommand: its accepted effect is on schedule-history
+    problems = [p for p in (_add_report(batch, tenant, d) for d in reports) if p is not None]
+    if len(problems) > 1:  # an AttemptReports record: every report but the first skipped counted too
+        batch.skipped.update(problems[1:])
+    return problems[0] if problems else None
+
+
+def _add_report(batch: Batch, tenant: str, d: dict[str, Any]) -> str | None:
+    """Map one report's fields (an ``AttemptReport``, alone or in an ``AttemptReports``)."""
     oid, sid, version, sf = d["occurrence_id"], d["schedule_id"], d["version"], d["scheduled_for_ms"]
     problem = _checked(tenant, d["tenant"], oid, sid, version, sf, True)  # workers' word: always checked
     if problem is not None:

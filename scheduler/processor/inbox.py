@@ -1,7 +1,8 @@
 """The inbox: step 2 of a tick for the records polled from ``commands.<tenant>[p]``: decode, apply, answer.
 
 A record is a schedule command (answered on the tenant's results topic, accepted or REJECTED with
-the reason) or an attempt report (applied to the attempt it names, or ignored and counted). The
+the reason), an attempt report (applied to the attempt it names, or ignored and counted), or
+several reports in one record (``AttemptReports``: each applied as if it came alone, in order). The
 topic a record came on is its tenant (the broker's ACLs decide who may write it): a command whose
 tenant field names another tenant is answered TENANT_MISMATCH, a report naming another is ignored.
 Nothing a client sends may raise out of the tick, abort it in a loop, or stall other tenants:
@@ -12,6 +13,7 @@ INTERNAL (a command) or ignored (a report), the shard then rebuilt from Kafka af
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from itertools import groupby
 from operator import methodcaller
 
@@ -26,9 +28,15 @@ from scheduler.processor.lifecycle import succeeded_intake
 from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.model import Event
 from scheduler.processor.shard import CommandOutcome, Shard
-from scheduler.records import AttemptReport, RecordDecodeError, ScheduleCommand, decode_command_topic
+from scheduler.records import (
+    AttemptReport,
+    AttemptReports,
+    RecordDecodeError,
+    ScheduleCommand,
+    decode_command_topic,
+)
 from scheduler.records.avro_fast import ScannedReport
-from scheduler.records.report_scan import fields_of, scan
+from scheduler.records.report_scan import fields_of, scan, scan_batch
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import AttemptReportKind, RejectCode
 
@@ -132,19 +140,25 @@ class Inbox:
                 for m in run:  # a burst's reports: locals only, one call per record that scans
                     raw = m.value() or b""
                     scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
-                    if scanned is None:  # not a report of the current schema: decoded in full
-                        bug = self._decode(shard, cp, m, raw, now, tenant, events, dead) or bug
-                        continue
-                    try:
-                        taken = fast(scanned, tenant)
-                    except Exception:  # it changed nothing (both or neither): the general path decides it
-                        log.exception("report %s: the fast intake failed; applied the general way",
-                                      scanned[0][:100])
-                        fast, taken = _never, False
-                    if taken:
-                        n_fast += 1
-                    else:
-                        bug = report(shard, scanned, now, tenant, events, dead) or bug
+                    batch: Sequence[ScannedReport] | None
+                    if scanned is not None:
+                        batch = (scanned,)
+                    else:  # several reports in one record, or not a report of the current schemas
+                        batch = scan_batch(raw) if len(raw) <= MAX_COMMAND_BYTES else None
+                        if batch is None:  # decoded in full: a command, an older report, undecodable
+                            bug = self._decode(shard, cp, m, raw, now, tenant, events, dead) or bug
+                            continue
+                    for scanned in batch:
+                        try:
+                            taken = fast(scanned, tenant)
+                        except Exception:  # it changed nothing (both or neither): the general path decides
+                            log.exception("report %s: the fast intake failed; applied the general way",
+                                          scanned[0][:100])
+                            fast, taken = _never, False
+                        if taken:
+                            n_fast += 1
+                        else:
+                            bug = report(shard, scanned, now, tenant, events, dead) or bug
                 if n_fast:
                     seen[(tenant, _SUCCEEDED)] = seen.get((tenant, _SUCCEEDED), 0) + n_fast
             if events or dead:
@@ -186,6 +200,11 @@ class Inbox:
             return False
         if isinstance(decoded, AttemptReport):
             return self._report(shard, fields_of(decoded), now, tenant, events, dead)
+        if isinstance(decoded, AttemptReports):  # written with an older schema: one by one, in order
+            bug = False
+            for rep in decoded.reports:
+                bug = self._report(shard, fields_of(rep), now, tenant, events, dead) or bug
+            return bug
         if events or dead:  # the reports' events before this command's records
             cp.lifecycle(events, dead, now)
             events.clear()

@@ -24,14 +24,13 @@ from scheduler.reconcile.account import Ledger, Progress
 from scheduler.reconcile.expect import DONE, Change
 from scheduler.reconcile.lean import dispatch_head, event_head
 from scheduler.records import (
-    AttemptReport,
     RecordDecodeError,
     ScheduleHistoryEntry,
     ScheduleRuntime,
     ShardState,
     decode,
-    decode_fields,
     record_type,
+    report_fields,
 )
 from scheduler.settings import Settings
 from scheduler.topology import topic_name
@@ -159,11 +158,11 @@ def read_records(settings: Settings, tenant: str, ledger: Ledger, progress: Prog
                 oid, sid, ten, ver, sf, state, att = event_head(value)
                 if ten == tenant:
                     event(oid, sid, ver, sf // 1000, state, att)
-            elif record_type(value) is AttemptReport:
-                d = decode_fields(value, AttemptReport)
-                if d["tenant"] == tenant:
-                    oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000
-                    ledger.report(oid, d["schedule_id"], d["version"], sf, d["attempt"], str(d["kind"]))
+            else:  # a command (None), or a report alone or several in one record
+                for d in report_fields(value) or ():
+                    if d["tenant"] == tenant:
+                        oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000
+                        ledger.report(oid, d["schedule_id"], d["version"], sf, d["attempt"], str(d["kind"]))
         except (RecordDecodeError, ValueError, TypeError, KeyError, IndexError):
             ledger.undecodable += 1  # a foreign or hostile record: counted, never a stop
 

@@ -5,8 +5,9 @@
 >>> decode(data, Occurrence) == occurrence    # RecordDecodeError for anything else
 
 ``decode_command_topic`` decodes a ``ksched.commands`` value into a
-:class:`ScheduleCommand` or an :class:`AttemptReport`, told apart by the
-schema fingerprint. The record classes are generated from the schemas
+:class:`ScheduleCommand`, an :class:`AttemptReport` or an :class:`AttemptReports`,
+told apart by the schema fingerprint; ``report_fields`` gives the reports of
+either report record as field dicts. The record classes are generated from the schemas
 (``python -m scheduler.records.generate``); schema evolution:
 ``python -m scheduler.records.compat``.
 
@@ -28,13 +29,15 @@ if TYPE_CHECKING:
         decode_fields,
         encode,
         record_type,
+        report_fields,
         schema_header,
     )
     from scheduler.records.errors import RecordDecodeError, RecordEncodeError
     from scheduler.records.types import (
         TOP_LEVEL,
         ApiKeyRecord,
-    AttemptReport,
+        AttemptReport,
+        AttemptReports,
         CommandResult,
         DlqEntry,
         FinishedAttempt,
@@ -58,13 +61,14 @@ if TYPE_CHECKING:
     )
 
 _CODEC = ("current_schema", "decode", "decode_command_topic", "decode_fields", "encode", "record_type",
-          "schema_header")
+          "report_fields", "schema_header")
 _ERRORS = ("RecordDecodeError", "RecordEncodeError")
 
 __all__ = [
     "TOP_LEVEL",
     "ApiKeyRecord",
     "AttemptReport",
+    "AttemptReports",
     "CommandResult",
     "DlqEntry",
     "FinishedAttempt",
@@ -93,6 +97,7 @@ __all__ = [
     "decode_fields",
     "encode",
     "record_type",
+    "report_fields",
     "schema_header",
 ]
 

@@ -77,6 +77,20 @@ class AttemptReport:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptReports:
+    """Avro ``ksched.v1.AttemptReports``: Several workers' reports in one record, on the tenant's
+    ksched.commands.<tenant>, produced to the partition of every report's schedule (the dispatch
+    partition the worker consumed them from); the processor applies them one by one, in order, exactly
+    as the same reports sent as AttemptReport records one after another.
+    """
+
+    AVRO_NAME: ClassVar[str] = "ksched.v1.AttemptReports"
+
+    # The reports, in the order they are to be applied; all of them of schedules on the record's partition.
+    reports: tuple[AttemptReport, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CommandResult:
     """Avro ``ksched.v1.CommandResult``: Outcome of one schedule command, on the tenant's
     ksched.results.<tenant> keyed by request_id.
@@ -629,14 +643,16 @@ class VersionRecord:
 
 
 Record = (
-    AttemptReport | CommandResult | DlqEntry | Occurrence | OccurrenceEvent | QuotaDemand | Schedule |
-    ScheduleCommand | ScheduleHistoryEntry | ScheduleRuntime | ShardState | TenantRecord | VersionRecord
+    AttemptReport | AttemptReports | CommandResult | DlqEntry | Occurrence | OccurrenceEvent | QuotaDemand
+    | Schedule | ScheduleCommand | ScheduleHistoryEntry | ScheduleRuntime | ShardState | TenantRecord |
+    VersionRecord
 )
 """Any top-level record (one that travels on its own, single-object encoded)."""
 
 TOP_LEVEL: tuple[type[Record], ...] = (
-    AttemptReport, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, QuotaDemand, Schedule,
-    ScheduleCommand, ScheduleHistoryEntry, ScheduleRuntime, ShardState, TenantRecord, VersionRecord,
+    AttemptReport, AttemptReports, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, QuotaDemand,
+    Schedule, ScheduleCommand, ScheduleHistoryEntry, ScheduleRuntime, ShardState, TenantRecord,
+    VersionRecord,
 )
 NESTED: tuple[type[
     TenantDemand | RunningAttempt | RetryTimer | QueuedOccurrence | FinishedAttempt | ScheduleSpecRecord |

@@ -149,34 +149,64 @@ def scan_report(header: bytes, kinds: tuple[str, ...], data: bytes) -> ScannedRe
     if not data.startswith(header):
         return None
     try:
-        oid, pos = read_string(data, len(header))
-        sid, pos = read_string(data, pos)
-        tenant, pos = read_string(data, pos)
-        version, pos = read_long(data, pos)
-        scheduled_for_ms, pos = read_long(data, pos)
-        attempt, pos = read_long(data, pos)
-        token, pos = read_string(data, pos)
-        k, pos = read_long(data, pos)
-        retryable: bool | None = None
-        present, pos = _branch(data, pos)
-        if present:
-            if data[pos] > 1:
-                raise ValueError("boolean byte")
-            retryable = data[pos] == 1
-            pos += 1
-        error_class, pos = _opt_string(data, pos)
-        error_message, pos = _opt_string(data, pos)
-        worker_id, pos = read_string(data, pos)
-        reported_at_ms, pos = read_long(data, pos)
-        started_at_ms, pos = _opt_long(data, pos)
+        report, pos = _report_body(kinds, data, len(header))
     except (IndexError, ValueError):  # UnicodeDecodeError included
         return None
-    if pos != len(data) or not 0 <= k < len(kinds) or not _INT_MIN <= attempt <= _INT_MAX:
+    return report if pos == len(data) else None
+
+
+def scan_reports(header: bytes, kinds: tuple[str, ...], data: bytes) -> list[ScannedReport] | None:
+    """The ``AttemptReports`` record ``data``: ``header`` then an array of ``AttemptReport``
+    bodies, each read as :func:`scan_report` reads one. None when ``data`` has another header or
+    is not exactly one such record (an array block of a negative count with its byte size is
+    read too, as the Avro specification allows a writer to send it)."""
+    if not data.startswith(header):
         return None
+    out: list[ScannedReport] = []
+    try:
+        count, pos = read_long(data, len(header))
+        while count != 0:
+            if count < 0:  # a block of -count items preceded by its size in bytes
+                count = -count
+                _, pos = read_long(data, pos)
+            for _ in range(count):
+                report, pos = _report_body(kinds, data, pos)
+                out.append(report)
+            count, pos = read_long(data, pos)
+    except (IndexError, ValueError):  # UnicodeDecodeError included
+        return None
+    return out if pos == len(data) else None
+
+
+def _report_body(kinds: tuple[str, ...], data: bytes, pos: int) -> tuple[ScannedReport, int]:
+    """An ``AttemptReport`` body at ``data[pos:]`` and the offset after it; ValueError for an
+    attempt or a kind out of range."""
+    oid, pos = read_string(data, pos)
+    sid, pos = read_string(data, pos)
+    tenant, pos = read_string(data, pos)
+    version, pos = read_long(data, pos)
+    scheduled_for_ms, pos = read_long(data, pos)
+    attempt, pos = read_long(data, pos)
+    token, pos = read_string(data, pos)
+    k, pos = read_long(data, pos)
+    retryable: bool | None = None
+    present, pos = _branch(data, pos)
+    if present:
+        if data[pos] > 1:
+            raise ValueError("boolean byte")
+        retryable = data[pos] == 1
+        pos += 1
+    error_class, pos = _opt_string(data, pos)
+    error_message, pos = _opt_string(data, pos)
+    worker_id, pos = read_string(data, pos)
+    reported_at_ms, pos = read_long(data, pos)
+    started_at_ms, pos = _opt_long(data, pos)
+    if not 0 <= k < len(kinds) or not _INT_MIN <= attempt <= _INT_MAX:
+        raise ValueError("report kind or attempt out of range")
     return (
         oid, sid, tenant, version, scheduled_for_ms, attempt, token, kinds[k], retryable,
         error_class, error_message, worker_id, reported_at_ms, started_at_ms,
-    )
+    ), pos
 
 
 def scan_body(

@@ -38,12 +38,13 @@ from scheduler.records.schemas import (
     load_expanded,
     load_history,
 )
-from scheduler.records.types import NESTED, TOP_LEVEL, AttemptReport, Record, ScheduleCommand
+from scheduler.records.types import NESTED, TOP_LEVEL, AttemptReport, AttemptReports, Record, ScheduleCommand
 
 R = TypeVar("R", bound=Record)
 
 _HEADER_LEN = 10
 _CLASSES: dict[str, type] = {c.AVRO_NAME: c for c in (*TOP_LEVEL, *NESTED)}
+_COMMAND_TOPIC: tuple[type[Record], ...] = (ScheduleCommand, AttemptReport, AttemptReports)  # its records
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,20 +234,39 @@ class Codecs:
         datum: dict[str, Any] = _datum(data, r)
         return datum
 
-    def decode_command_topic(self, data: bytes | bytearray | memoryview) -> ScheduleCommand | AttemptReport:
-        """Decode a ``ksched.commands`` value: a :class:`ScheduleCommand` or an :class:`AttemptReport`.
+    def decode_command_topic(
+        self, data: bytes | bytearray | memoryview
+    ) -> ScheduleCommand | AttemptReport | AttemptReports:
+        """Decode a ``ksched.commands`` value: a :class:`ScheduleCommand`, an :class:`AttemptReport`
+        or an :class:`AttemptReports` (several reports in one record).
 
-        The fingerprint tells the two apart; any other record type is a
+        The fingerprint tells them apart; any other record type is a
         :class:`RecordDecodeError`.
         """
         r = self._reader(data)
-        if r.cls is not ScheduleCommand and r.cls is not AttemptReport:
+        if r.cls not in _COMMAND_TOPIC:
             raise RecordDecodeError(
-                f"wrong record type: got {r.name}, expected ScheduleCommand or AttemptReport"
+                f"wrong record type: got {r.name}, expected ScheduleCommand, AttemptReport or AttemptReports"
             )
         out = _body(data, r)
-        assert isinstance(out, ScheduleCommand | AttemptReport)
+        assert isinstance(out, ScheduleCommand | AttemptReport | AttemptReports)
         return out
+
+    def report_fields(self, data: bytes | bytearray | memoryview) -> list[dict[str, Any]] | None:
+        """The reports of a ``ksched.commands`` value as field dicts (one for an
+        :class:`AttemptReport`, each of an :class:`AttemptReports` in order), or None for a
+        :class:`ScheduleCommand`. Any other record is a :class:`RecordDecodeError`: how the
+        readers of the commands topic (history, reconciler, demo view) take reports alike."""
+        r = self._reader(data)
+        if r.cls is AttemptReport:
+            return [_datum(data, r)]
+        if r.cls is AttemptReports:
+            return list(_datum(data, r)["reports"])
+        if r.cls is ScheduleCommand:
+            return None
+        raise RecordDecodeError(
+            f"wrong record type: got {r.name}, expected ScheduleCommand, AttemptReport or AttemptReports"
+        )
 
     def record_type(self, data: bytes | bytearray | memoryview) -> type[Record]:
         """The record type named by ``data``'s header, without decoding the body."""
@@ -347,6 +367,7 @@ _DEFAULT = Codecs()
 encode = _DEFAULT.encode
 decode = _DEFAULT.decode
 decode_command_topic = _DEFAULT.decode_command_topic
+report_fields = _DEFAULT.report_fields
 decode_fields = _DEFAULT.decode_fields
 record_type = _DEFAULT.record_type
 schema_header = _DEFAULT.schema_header

@@ -1,4 +1,5 @@
-"""An ``AttemptReport`` encoded from the dispatch record it reports on, without fastavro.
+"""An ``AttemptReport`` encoded from the dispatch record it reports on, without fastavro, and
+several of them as one ``AttemptReports`` record (:func:`batch_value`).
 
 A report begins with the occurrence's ``occurrence_id | schedule_id | tenant | version |
 scheduled_for_ms``: the same five fields, in the same encoding, as the dispatch record after its
@@ -11,9 +12,11 @@ current schema at import, like :mod:`scheduler.records.dispatch`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scheduler.records.codec import checked_fields, current_schema
 from scheduler.records.dispatch import avro_bytes, avro_long
-from scheduler.records.types import AttemptReport
+from scheduler.records.types import AttemptReport, AttemptReports
 
 _SCHEMA = current_schema(AttemptReport)
 _FIELDS = (
@@ -23,7 +26,19 @@ _FIELDS = (
 _KIND_SYMBOLS = checked_fields(AttemptReport, _FIELDS, __name__)[_FIELDS.index("kind")]["type"]["symbols"]
 _KINDS: dict[str, bytes] = {str(sym): avro_long(i) for i, sym in enumerate(_KIND_SYMBOLS)}
 HEADER = _SCHEMA.header
+BATCH_HEADER = current_schema(AttemptReports).header
 _NULL = b"\x00"
+
+
+def batch_value(values: Sequence[bytes]) -> bytes:
+    """The ``AttemptReports`` record of ``values`` (reports :meth:`ReportEncoder.value` wrote, in
+    order): its header, then the array of their bodies as one block. The array's items are the
+    ``AttemptReport`` record itself (checked at import by :mod:`scheduler.records.report_scan`),
+    so a report's body is the same bytes alone or in a batch."""
+    if not values:  # no block: the array's end alone
+        return BATCH_HEADER + _NULL
+    skip = len(HEADER)
+    return b"".join((BATCH_HEADER, avro_long(len(values)), *[v[skip:] for v in values], _NULL))
 
 
 def _optional_string(s: str | None) -> bytes:

@@ -14,14 +14,14 @@ The field orders are checked against the current schemas at import, like
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from scheduler.native import load
 from scheduler.records.avro_fast import EventFields, ScannedReport
 from scheduler.records.codec import checked_fields, current_schema
-from scheduler.records.types import AttemptReport, OccurrenceEvent
+from scheduler.records.types import AttemptReport, AttemptReports, OccurrenceEvent
 
 _REPORT_FIELDS = (
     "occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "attempt", "token",
@@ -37,6 +37,11 @@ _EVENT_FIELDS = (
 _REPORT = checked_fields(AttemptReport, _REPORT_FIELDS, __name__)
 KINDS: tuple[str, ...] = tuple(_REPORT[7]["type"]["symbols"])
 REPORT_HEADER = current_schema(AttemptReport).header
+REPORTS_HEADER = current_schema(AttemptReports).header
+# scan_batch reads each item as scan reads a report: the items must be the very AttemptReport
+if checked_fields(AttemptReports, ("reports",), __name__)[0]["type"]["items"] != current_schema(
+        AttemptReport).expanded:  # pragma: no cover - guards a schema edit
+    raise RuntimeError(f"AttemptReports.reports no longer holds AttemptReport records: update {__name__}")
 _EVENT = checked_fields(OccurrenceEvent, _EVENT_FIELDS, __name__)
 STATE_INDEX = {s: i for i, s in enumerate(_EVENT[5]["type"]["symbols"])}
 _fast = load("scheduler.records.avro_fast")  # compiled when built
@@ -53,6 +58,20 @@ event_run: Callable[[_ByState, int, bytes, list[EventFields], int, _ByState], _R
 # ``scan(raw)``: ``raw`` as a report of the current schema in the single-object framing (its
 # fields in schema order), else None. The compiled reader itself, no Python frame per report.
 scan: Callable[[bytes], ScannedReport | None] = partial(_fast.scan_report, REPORT_HEADER, KINDS)
+# ``scan_batch(raw)``: ``raw`` as an ``AttemptReports`` record of the current schemas (its reports'
+# fields, each as :func:`scan` returns them, in order), else None.
+scan_batch: Callable[[bytes], list[ScannedReport] | None] = partial(_fast.scan_reports, REPORTS_HEADER, KINDS)
+
+
+def reports_of(raw: bytes) -> Sequence[ScannedReport]:
+    """The reports of ``raw``, an ``AttemptReport`` or ``AttemptReports`` record of the current
+    schemas (each report's fields as :func:`scan` returns them, in order); empty for any other
+    record. For readers that only count reports (benches); the processor scans as it applies."""
+    one = scan(raw)
+    if one is not None:
+        return (one,)
+    batch = scan_batch(raw)
+    return () if batch is None else batch
 
 
 def fields_of(rep: AttemptReport) -> ScannedReport:

@@ -8,7 +8,9 @@ The order for each batch, on the consumer thread (no thread hop, no lock per rec
        (``Handlers.fast``), noting the start time;
     3. one final report per job, the start time and a fresh token in it, and no ``STARTED``
        before it: the attempt ends well within its lease, so the final report alone carries
-       what fencing needs (docs/contract.md §7).
+       what fencing needs (docs/contract.md §7);
+    4. the batch's final reports produced as one ``AttemptReports`` record per dispatch
+       partition (:meth:`~scheduler.worker.reports.FinalReports.send_batch`), in job order.
 
 A job is *done* for the offset tracker when its final report is acknowledged
 (:class:`~scheduler.worker.reports.FinalReports`), exactly as for a pool job.
@@ -57,6 +59,8 @@ class FastRunner:
         self._seconds = metrics.handler_seconds.labels(tenant=tenant)
         self._succeeded = metrics.handled.labels(tenant=tenant, outcome="succeeded")
         self._slow_logged = -SLOW_LOG_EVERY_S
+        # The batch's final reports by dispatch partition: its jobs and their reports, in order
+        self._pending: dict[int, tuple[list[Job], list[bytes]]] = {}
 
     def is_fast(self, handler: str) -> bool:
         return self._handlers.fast(handler) is not None
@@ -67,7 +71,16 @@ class FastRunner:
         return self._handlers.has_fast
 
     def run(self, jobs: Sequence[Job]) -> None:
-        """Steps 1-3 of the module docstring for ``jobs`` (consumer thread)."""
+        """Steps 1-4 of the module docstring for ``jobs`` (consumer thread)."""
+        self._pending.clear()
+        try:
+            self._run(jobs)
+        finally:  # what was decided is reported, also when a step raised (a bug) midway
+            pending, self._pending = self._pending, {}
+            for partition, (done, values) in pending.items():
+                self._finals.send_batch(done, partition, values, polling=True)
+
+    def _run(self, jobs: Sequence[Job]) -> None:
         prefix = os.urandom(12).hex()  # + the job's index: a fresh, unique token per attempt
         groups: dict[str, list[tuple[Job, Context]]] = {}
         worker_id = self._reporter.worker_id
@@ -132,4 +145,8 @@ class FastRunner:
                 self._metrics.canceled.labels(tenant=occ.tenant, reason=reason_label(outcome)).inc()
         value = self._reporter.build(occ, token, outcome.kind, outcome, started_at_ms=started_ms,
                                      ident=job.ident)
-        self._finals.send(job, occ.schedule_id, value, polling=True)
+        pending = self._pending.get(job.partition)
+        if pending is None:
+            pending = self._pending[job.partition] = ([], [])
+        pending[0].append(job)
+        pending[1].append(value)

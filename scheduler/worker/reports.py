@@ -2,9 +2,13 @@
 
 Reports are keyed by ``schedule_id`` and produced with the shared idempotent
 producer (``murmur2_random``), so they land on the same partition as the
-schedule's commands and its processor shard. One producer serves every thread
-of the worker (confluent-kafka producers are thread-safe); delivery callbacks
-run on the thread that polls it, which is the worker's consumer thread.
+schedule's commands and its processor shard. The final reports of a fast batch's
+jobs go as ``AttemptReports`` records, one per dispatch partition they were consumed
+from: the processor writes a schedule's dispatch records to its shard's partition,
+so that partition is every one of those schedules' partition of the commands topic.
+One producer serves every thread of the worker (confluent-kafka producers are
+thread-safe); delivery callbacks run on the thread that polls it, which is the
+worker's consumer thread.
 """
 
 from __future__ import annotations
@@ -12,20 +16,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from scheduler.records import AttemptReport, Occurrence, encode
-from scheduler.records.report import ReportEncoder
+from scheduler.records.report import ReportEncoder, batch_value
 from scheduler.vocabulary import AttemptReportKind, AttemptReportKindSymbol
 from scheduler.worker.handlers import Outcome
 
 log = logging.getLogger("ksched.worker.reports")
 
 Delivery = Callable[[KafkaError | None, Message], None]
+# An AttemptReports record stays far below the processor's command limit (900 kB) and the
+# producer's message limit (1 MB), whatever the error messages in it.
+BATCH_BYTES = 256_000
 J = TypeVar("J")
 
 
@@ -75,17 +82,22 @@ class Reporter:
         )
 
     def send(
-        self, schedule_id: str, value: bytes, on_delivery: Delivery | None = None, *, polling: bool = False
+        self, schedule_id: str | None, value: bytes, on_delivery: Delivery | None = None, *,
+        partition: int = -1, polling: bool = False,
     ) -> None:
-        """Produce one report; waits (bounded) while the local queue is full. ``polling``: the
-        caller is the consumer thread, which may serve delivery callbacks while it waits."""
+        """Produce one record, keyed by ``schedule_id`` (its partition the partitioner's), or
+        unkeyed to ``partition`` (an ``AttemptReports`` record); waits (bounded) while the local
+        queue is full. ``polling``: the caller is the consumer thread, which may serve delivery
+        callbacks while it waits."""
+        key = None if schedule_id is None else schedule_id.encode()
         deadline = time.monotonic() + 60
         while True:
             try:
                 if on_delivery is None:
-                    self.producer.produce(self.topic, value, schedule_id.encode())
+                    self.producer.produce(self.topic, value, key, partition=partition)
                 else:
-                    self.producer.produce(self.topic, value, schedule_id.encode(), on_delivery=on_delivery)
+                    self.producer.produce(self.topic, value, key, partition=partition,
+                                          on_delivery=on_delivery)
                 return
             except BufferError:
                 # The consumer thread polls the producer and drains the queue; never poll here,
@@ -101,24 +113,50 @@ class Reporter:
 class FinalReports(Generic[J]):
     """Final reports of jobs: ``on_done(job)`` once the broker acknowledged one (from the delivery
     callback, on the consumer thread); one whose delivery failed is produced again by
-    :meth:`resend_failed`, so a job is never done before its report is durable."""
+    :meth:`resend_failed`, so a job is never done before its report is durable. A record may
+    carry the final reports of several jobs (:meth:`send_batch`): they are done together."""
 
     def __init__(self, reporter: Reporter, on_done: Callable[[J], None]) -> None:
         self._reporter = reporter
         self._on_done = on_done
-        self._failed: list[tuple[J, str, bytes]] = []  # appended by callbacks, swapped by resend_failed
+        # (jobs, key, partition, value): appended by callbacks, swapped by resend_failed
+        self._failed: list[tuple[tuple[J, ...], str | None, int, bytes]] = []
         self._lock = threading.Lock()
 
     def send(self, job: J, schedule_id: str, value: bytes, *, polling: bool = False) -> None:
+        """Produce ``job``'s final report ``value`` keyed by its schedule id."""
+        self._send((job,), schedule_id, -1, value, polling)
+
+    def send_batch(self, jobs: Sequence[J], partition: int, values: Sequence[bytes], *,
+                   polling: bool = False) -> None:
+        """Produce the final reports ``values`` of ``jobs`` (in order) to ``partition`` of the
+        commands topic, the partition of every one of their schedules, as ``AttemptReports``
+        records of at most :data:`BATCH_BYTES` each (or of one report, when it is larger)."""
+        start, size = 0, 0
+        for i, v in enumerate(values):
+            if size + len(v) > BATCH_BYTES and i > start:
+                self._send(tuple(jobs[start:i]), None, partition, batch_value(values[start:i]), polling)
+                start, size = i, 0
+            size += len(v)
+        if len(values) > start:
+            self._send(tuple(jobs[start:]), None, partition, batch_value(values[start:]), polling)
+
+    def _send(
+        self, jobs: tuple[J, ...], key: str | None, partition: int, value: bytes, polling: bool
+    ) -> None:
+        on_done = self._on_done
+
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is None:
-                self._on_done(job)
+                for job in jobs:
+                    on_done(job)
                 return
-            log.warning("final report of %s not delivered (%s): producing it again", schedule_id, err)
+            log.warning("final report of %d job(s) (%s) not delivered (%s): producing it again",
+                        len(jobs), key or f"partition {partition}", err)
             with self._lock:
-                self._failed.append((job, schedule_id, value))
+                self._failed.append((jobs, key, partition, value))
 
-        self._reporter.send(schedule_id, value, delivered, polling=polling)
+        self._reporter.send(key, value, delivered, partition=partition, polling=polling)
 
     def resend_failed(self) -> None:
         """Produce again the final reports whose delivery failed (consumer thread)."""
@@ -126,8 +164,8 @@ class FinalReports(Generic[J]):
             return
         with self._lock:
             failed, self._failed = self._failed, []
-        for job, schedule_id, value in failed:
-            self.send(job, schedule_id, value, polling=True)
+        for jobs, key, partition, value in failed:
+            self._send(jobs, key, partition, value, True)
 
 
 @dataclass(kw_only=True)
