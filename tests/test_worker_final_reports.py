@@ -126,7 +126,10 @@ def test_the_worker_command_runs_its_worker_with_freeze_gc(monkeypatch: pytest.M
     monkeypatch.setattr(worker_cmd, "load_handlers", lambda _spec: {"h": lambda ctx: None})
     args = argparse.Namespace(
         tenant="t1", handlers="x", concurrency=None, worker_id=None, grace_s=1.0, heartbeat_s=1.0,
-        metrics_port=None, no_metrics=True, log_level="WARNING",
+        metrics_port=None, no_metrics=True, log_level="WARNING", single_reports=False,
     )
     assert worker_cmd._run(args) == 0
     assert seen["tenant"] == "t1" and seen["freeze_gc"] is True and seen["ran"]
+    assert seen["batch_reports"] is True  # a fast batch's final reports: one record a partition
+    args.single_reports = True
+    assert worker_cmd._run(args) == 0 and seen["batch_reports"] is False

@@ -120,6 +120,17 @@ def _restore_seconds(port: int, shards: int) -> float | None:
     return wall[0] if ready >= shards and wall else None
 
 
+def counter_total(port: int, name: str) -> float | None:
+    """The sum of counter ``name`` over its labels in the /metrics of the process on ``port``;
+    None when it did not answer."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    head = (f"{name}{{", f"{name} ")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(head))
+
+
 def wait_restored(port: int, shards: int, timeout_s: float) -> float | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -96,12 +96,16 @@ def register(sub: Any) -> None:
     p.add_argument("--worker-nice", type=int, default=0, choices=range(20), metavar="N",
                    help="run the worker processes N nicer than the bench (0-19): on one machine the "
                         "processor and the broker get the cores first, as with workers on machines apart")
+    p.add_argument("--single-reports", action="store_true",
+                   help="the workers send each final report as its own record (ksched worker "
+                        "--single-reports), as before AttemptReports; default: a batch's as one record")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
 
 
-def _worker(env: dict[str, str], concurrency: int, nice: int = 0) -> subprocess.Popen[bytes]:
+def _worker(env: dict[str, str], concurrency: int, nice: int = 0, single_reports: bool = False
+            ) -> subprocess.Popen[bytes]:
     """A worker process of the bench's tenant, ``nice`` nicer than the bench (every thread it starts
     inherits it)."""
     cmd = [
@@ -118,6 +122,7 @@ def _worker(env: dict[str, str], concurrency: int, nice: int = 0) -> subprocess.
         "--no-metrics",
         "--log-level",
         "WARNING",
+        *(["--single-reports"] if single_reports else []),
     ]
     return subprocess.Popen(niced(nice, cmd), env=env)
 
@@ -132,20 +137,24 @@ def niced(nice: int, cmd: list[str]) -> list[str]:
 
 def _take_succeeded(
     msgs: list[Message], e2e: dict[str, float], e2e_second: dict[str, float], second_ms: int | None
-) -> None:
+) -> int:
     """The e2e seconds of each first SUCCEEDED report among ``msgs`` of the commands topic (a report
     alone, or a worker's batch of them), by occurrence id: the second burst's (due at
-    ``second_ms``) into ``e2e_second``, the others into ``e2e``."""
+    ``second_ms``) into ``e2e_second``, the others into ``e2e``. Returns the reports read."""
     from scheduler.records.report_scan import reports_of
 
+    n = 0
     for m in msgs:
         if m.error() is not None:
             continue
-        for r in reports_of(m.value() or b""):
+        got = reports_of(m.value() or b"")
+        n += len(got)
+        for r in got:
             if r[7] == "SUCCEEDED":
                 sf_ms = r[4]
                 into = e2e_second if sf_ms == second_ms else e2e
                 into.setdefault(r[0], (r[12] - sf_ms) / 1000)
+    return n
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -180,12 +189,12 @@ def _run(args: argparse.Namespace) -> int:
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE bench_effects (occurrence_id TEXT)")
     env = _env(args, space.env, tmp, db)
-    start = partial(_worker, env, args.concurrency, args.worker_nice)
+    start = partial(_worker, env, args.concurrency, args.worker_nice, args.single_reports)
     reports = consumer(settings.kafka())
     t_commands = topic_name(settings, "commands", TENANT)
     group = consumer(settings.kafka(), f"{settings.namespace}.processor")
-    sampler = Sampler(settings, t_commands, group)
     metrics_port = free_port()
+    sampler = Sampler(settings, t_commands, group, metrics_port)
     proc = start_processor(env, metrics_port)
     # Started before the load: their start-up is not per occurrence. With --drain, fresh ones start
     # once the burst is on the dispatch topic (SIGSTOPped ones let their 10 s group session expire
@@ -196,6 +205,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.drain:
         stop_all(workers)
     killed = False
+    read = taken0 = 0  # reports read on the commands topic (a record may hold many); see _apply_held
     e2e: dict[str, float] = {}
     e2e_second: dict[str, float] = {}
     second_ms = 0
@@ -216,34 +226,36 @@ def _run(args: argparse.Namespace) -> int:
         second_ms = (due + int(args.second_burst or 0)) * 1000
         t0 = time.monotonic() + due - time.time()  # the due instant, on the monotonic clock
         time.sleep(max(0.0, due - time.time() - 1.0))
-        sampler.sample(workers, 0, force=True)  # idle workers: the CPU baseline
+        sampler.sample(workers, 0, 0, force=True)  # idle workers: the CPU baseline
         cpu_before = sum(sampler.cpu.values())
         if args.drain:
             sampler.cpu.clear()
+            taken0 = sampler.taken() or 0  # no worker has run yet: nothing the processor takes moves it
             stopped_at = _wait_dispatched(settings, total, proc if args.held else None)
+            sampler.stopped_at_taken = taken0 if args.held else None
             print(f"{total:,} occurrences on the dispatch topic: starting {args.processes} workers")
             workers = [start() for _ in range(args.processes)]
             cpu_before = startup_cpu * len(workers)
         deadline = time.monotonic() + max(120.0, due - time.time() + (args.second_burst or 0) + total / 100)
         while len(e2e) + len(e2e_second) < total and time.monotonic() < deadline:
-            _take_succeeded(reports.consume(5000, 0.5), e2e, e2e_second, second_ms if n2 else None)
+            read += _take_succeeded(reports.consume(5000, 0.5), e2e, e2e_second, second_ms if n2 else None)
             done = len(e2e) + len(e2e_second)
             if args.drain and done and not proc_cpu_before:
                 # The processor has emitted every occurrence: from the first report on, its CPU and
                 # the topics' growth are the reports' cost (not its ticking while workers start).
                 proc_cpu_before = cpu_seconds([proc.pid])
                 bytes_before = topic_bytes(settings)
-            sampler.sample(workers, done)
+            sampler.sample(workers, done, read)
             if args.kill and not killed and done >= total // 2:
-                sampler.sample(workers, done, force=True)  # the killed worker's CPU up to its end
+                sampler.sample(workers, done, read, force=True)  # the killed worker's CPU up to its end
                 workers[0].send_signal(signal.SIGKILL)
                 workers[0].wait()
                 workers[0] = start()
                 killed = True
                 print(f"killed a worker at {done:,} succeeded; started another")
-        held = _apply_held(proc, sampler, stopped_at) if args.held else {}
+        held = _apply_held(proc, sampler, stopped_at, taken0) if args.held else {}
         time.sleep(2)  # the processor commits the last reports it read
-        sampler.sample(workers, len(e2e) + len(e2e_second), force=True)  # the workers' CPU at the end
+        sampler.sample(workers, len(e2e) + len(e2e_second), read, force=True)  # the workers' CPU at the end
         proc_cpu_s = cpu_seconds([proc.pid]) - proc_cpu_before
         bytes_after = topic_bytes(settings)
     finally:
@@ -288,6 +300,7 @@ def _run(args: argparse.Namespace) -> int:
         "kind": args.kind,
         "concurrency_per_worker": args.concurrency,
         "worker_nice": args.worker_nice,
+        "single_reports": args.single_reports,
         **held,
     }
     if n2:
@@ -353,14 +366,16 @@ def _idle_cpu(worker: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
 TXN_TIMEOUT_S = 30  # the processor's transaction.timeout.ms (processor/ownership.py)
 
 
-def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, quiet_s: float = 3.0,
-                timeout_s: float = 120.0) -> dict[str, Any]:
+def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, taken0: int,
+                quiet_s: float = 3.0, timeout_s: float = 120.0) -> dict[str, Any]:
     """Resume the stopped processor, every report queued, and time it applying them: until its
     group's committed offsets last moved, read until they have not moved for ``quiet_s`` of
     answered polls. The commands topic has no transactional writer (no markers): the backlog
-    ends at 0 unless the processor stalls. ``held_reports_*`` count the topic's records: the
-    final reports (with ``--handler plain`` also the STARTED ones). Its rate and its CPU per
-    record over the same span."""
+    ends at 0 unless the processor stalls. ``held_reports_*`` count reports, from the processor's
+    ``ksched_attempt_reports_total`` when its offsets moved (a record may hold many: the final
+    reports, with ``--handler plain`` also the STARTED ones); ``held_records_*`` the topic's
+    records. Its rate and its CPU per report over the same span. ``taken0``: the reports the
+    processor had taken when it was stopped."""
     from scheduler.bench.common import cpu_seconds
 
     queued = None
@@ -375,26 +390,36 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
     if pause_s > TXN_TIMEOUT_S - 5:  # a transaction open at the SIGSTOP is aborted: the figure has a rebuild
         print(f"warning: the processor was stopped {pause_s:.0f}s, near or past its {TXN_TIMEOUT_S}s "
               "transaction timeout: its figure may include a shard given up and restored")
+    highs = sampler.highs()  # every report is on the topic: each poll below asks the group only
     cpu0, t0 = cpu_seconds([proc.pid]), time.monotonic()
     proc.send_signal(signal.SIGCONT)
+    sampler.stopped_at_taken = None
     last, t_last, cpu_last, quiet_from = queued, t0, cpu0, t0
+    taken_last: int | None = taken0
     while last and time.monotonic() - quiet_from < quiet_s and time.monotonic() < deadline:
         time.sleep(0.05)
         asked = time.monotonic()
-        left = sampler.backlog()
+        left = sampler.backlog(highs)
+        answered = time.monotonic()
         if left is None:  # unanswered: not part of the quiet window
-            quiet_from += time.monotonic() - asked
-        elif left < last:  # timed when asked; the CPU read with each step, not the quiet wait's
-            last, t_last, cpu_last, quiet_from = left, asked, cpu_seconds([proc.pid]), asked
+            quiet_from += answered - asked
+        elif left < last:
+            # Timed when answered, the CPU read then: an offset committed while the request was
+            # out is counted at the answer (a few large commits must not end the span early).
+            last, t_last, cpu_last, quiet_from = left, answered, cpu_seconds([proc.pid]), answered
+            taken_last = sampler.taken() or taken_last
     cpu_s = cpu_last - cpu0
-    applied = queued - last
+    applied = (taken_last or 0) - taken0
     span = t_last - t0
-    print(f"held: {applied:,} of {queued:,} queued reports applied in {span:.2f}s after SIGCONT")
+    print(f"held: {applied:,} reports ({queued - last:,} of {queued:,} queued records) applied in "
+          f"{span:.2f}s after SIGCONT")
     if last:
-        print(f"warning: {last:,} reports were still queued when the processor's offsets stopped moving")
+        print(f"warning: {last:,} records were still queued when the processor's offsets stopped moving")
     return {
         "held_pause_s": pause_s,
-        "held_reports_queued": queued,
+        "held_records_queued": queued,
+        "held_records_applied": queued - last,
+        "held_reports_queued": applied if not last else None,  # every one, once the records are
         "held_reports_applied": applied,
         "held_apply_s": span,
         "held_reports_per_s": applied / span if span > 0 else None,

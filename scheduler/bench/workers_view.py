@@ -13,18 +13,36 @@ from typing import Any
 
 class Sampler:
     """Every second: the workers' CPU seconds (kept for killed ones), the processor's report
-    backlog (commands records past its group's committed offsets) and the occurrences succeeded."""
+    backlog and the occurrences succeeded. The backlog counts reports, not records (a worker
+    sends a fast batch's final reports as one ``AttemptReports`` record): the reports the bench
+    read on the commands topic less those the processor took (its ``ksched_attempt_reports_total``,
+    from its /metrics on ``metrics_port``)."""
 
-    def __init__(self, settings: Any, topic: str, group: Any) -> None:
+    def __init__(self, settings: Any, topic: str, group: Any, metrics_port: int) -> None:
         from confluent_kafka import TopicPartition
 
         self.group = group  # a consumer in the processor's group, never subscribed: committed() only
         self.tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        self.metrics_port = metrics_port
         self.cpu: dict[int, float] = {}
-        self.over_time: list[tuple[float, int, int]] = []  # (monotonic, succeeded, backlog)
+        self.over_time: list[tuple[float, int, int]] = []  # (monotonic, succeeded, backlog in reports)
+        # What the processor had taken when the bench stopped it (--held): a stopped process
+        # cannot answer, and takes nothing more until it is resumed (then None again).
+        self.stopped_at_taken: int | None = None
         self._next = 0.0
 
-    def sample(self, workers: list[subprocess.Popen[bytes]], succeeded: int, *, force: bool = False) -> None:
+    def taken(self) -> int | None:
+        """The reports the processor has taken so far (applied or ignored); None: no answer."""
+        from scheduler.bench.common import counter_total
+
+        if self.stopped_at_taken is not None:
+            return self.stopped_at_taken
+        total = counter_total(self.metrics_port, "ksched_attempt_reports_total")
+        return None if total is None else int(total)
+
+    def sample(self, workers: list[subprocess.Popen[bytes]], succeeded: int, read: int, *,
+               force: bool = False) -> None:
+        """``read``: the reports the bench has read on the commands topic so far."""
         import psutil
 
         now = time.monotonic()
@@ -37,24 +55,29 @@ class Sampler:
                 self.cpu[w.pid] = t.user + t.system
             except psutil.Error:
                 pass
-        backlog = self.backlog()
-        if backlog is not None:  # None: a loaded broker; this point is missing from the plot
-            self.over_time.append((now, succeeded, backlog))
+        taken = self.taken()
+        if taken is not None:  # None: a loaded processor; this point is missing from the plot
+            self.over_time.append((now, succeeded, max(0, read - taken)))
 
-    def backlog(self) -> int | None:
+    def backlog(self, highs: list[int] | None = None) -> int | None:
         """The commands records past the processor group's committed offsets; None when the
-        broker did not answer (the reason printed)."""
+        broker did not answer (the reason printed). ``highs``: the partitions' end offsets when
+        they are known not to move (:meth:`highs`): one request to the broker, not one a partition."""
         from confluent_kafka import KafkaException
 
         backlog = 0
         try:
-            for tp in self.group.committed(self.tps, timeout=5):
-                _, high = self.group.get_watermark_offsets(tp, timeout=5)
+            for i, tp in enumerate(self.group.committed(self.tps, timeout=5)):
+                high = highs[i] if highs is not None else self.group.get_watermark_offsets(tp, timeout=5)[1]
                 backlog += max(0, high - max(tp.offset, 0))
         except KafkaException as exc:
             print(f"backlog sample skipped: {exc}", file=sys.stderr)
             return None
         return backlog
+
+    def highs(self) -> list[int]:
+        """The commands partitions' end offsets now."""
+        return [self.group.get_watermark_offsets(tp, timeout=10)[1] for tp in self.tps]
 
 
 def plot(
@@ -82,7 +105,7 @@ def plot(
     a.set_ylabel("occurrences / s")
     a2 = a.twinx()
     a2.plot(xs, [bl for _, _, bl in over_time], color="tab:red", label="processor report backlog")
-    a2.set_ylabel("report backlog (records)", color="tab:red")
+    a2.set_ylabel("report backlog (reports)", color="tab:red")
     a.set_title("worker throughput and the processor's report backlog")
     for label, vals in curves.items():
         if vals:

@@ -30,6 +30,11 @@ def register(sub: Any) -> None:
         help="on SIGTERM, wait this long for running handlers before leaving their work to another worker",
     )
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between HEARTBEAT reports")
+    p.add_argument(
+        "--single-reports", action="store_true",
+        help="send each fast handler's final report as its own record, not a batch's as one AttemptReports "
+        "record per partition (for processors older than AttemptReports: upgrade processors first)",
+    )
     metrics = p.add_mutually_exclusive_group()
     metrics.add_argument(
         "--metrics-port", type=int, default=None,
@@ -102,6 +107,7 @@ def _run(args: argparse.Namespace) -> int:
             settings, tenant=args.tenant, handlers=handlers, concurrency=args.concurrency,
             worker_id=args.worker_id, grace_s=args.grace_s, heartbeat_s=args.heartbeat_s, metrics=metrics,
             freeze_gc=True,  # this process runs the worker alone (Worker's docstring)
+            batch_reports=not args.single_reports,
         )
     except (WorkerConfigError, HandlerError) as exc:
         raise UsageError(str(exc)) from None

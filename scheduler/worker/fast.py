@@ -49,10 +49,11 @@ class FastRunner:
 
     def __init__(
         self, *, handlers: Handlers, view: VersionsView, reporter: Reporter, finals: FinalReports[Job],
-        metrics: WorkerMetrics,
+        metrics: WorkerMetrics, batch_reports: bool = True,
     ) -> None:
         self._handlers, self._view, self._reporter, self._finals = handlers, view, reporter, finals
         self._metrics = metrics
+        self._batch_reports = batch_reports  # False: step 4 sends each report as its own record
         tenant = metrics.tenant
         # labels() looks a child up under a lock on every call: resolve the fixed ones once
         self._lag = metrics.lag_seconds.labels(tenant=tenant)
@@ -78,7 +79,11 @@ class FastRunner:
         finally:  # what was decided is reported, also when a step raised (a bug) midway
             pending, self._pending = self._pending, {}
             for partition, (done, values) in pending.items():
-                self._finals.send_batch(done, partition, values, polling=True)
+                if self._batch_reports:
+                    self._finals.send_batch(done, partition, values, polling=True)
+                    continue
+                for job, value in zip(done, values, strict=True):
+                    self._finals.send(job, job.occurrence.schedule_id, value, polling=True)
 
     def _run(self, jobs: Sequence[Job]) -> None:
         prefix = os.urandom(12).hex()  # + the job's index: a fresh, unique token per attempt

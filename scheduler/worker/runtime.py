@@ -62,6 +62,10 @@ class Worker:
     the modules (docs/decisions.md, "the worker's cyclic GC"). Only for a process that runs
     nothing but this worker (``ksched worker`` sets it): every object then alive is frozen, and
     one that later becomes cyclic garbage is never collected.
+
+    ``batch_reports``: the final reports of a fast handlers' batch go as one ``AttemptReports``
+    record per dispatch partition (docs/contract.md §7); False sends each as its own
+    ``AttemptReport``, for processors older than that record (upgrade processors first).
     """
 
     def __init__(
@@ -77,9 +81,11 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         tenants: Mapping[str, Tenant] | None = None,
         freeze_gc: bool = False,
+        batch_reports: bool = True,
     ) -> None:
         self.settings, self.tenant = settings, tenant
         self.freeze_gc = freeze_gc
+        self.batch_reports = batch_reports
         self._tenants = tenants  # None: the registry (ksched.tenants) is read when run() starts
         self._concurrency = concurrency
         self.concurrency = concurrency or 0  # the tenant's max_running unless given: set by the check
@@ -225,7 +231,7 @@ class Worker:
             metrics=self.metrics, concurrency=self.concurrency, finals=finals,
         )
         fast = FastRunner(handlers=self.handlers, view=self.view, reporter=reporter, finals=finals,
-                          metrics=self.metrics)
+                          metrics=self.metrics, batch_reports=self.batch_reports)
         cfg = consumer_config(
             self.conn,
             self.group_id,
