@@ -10,7 +10,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.processor.runtime import LINGER_MIN_RECORDS, linger_until, take_records
+from scheduler.processor.runtime import LINGER_MIN_RECORDS, POLL_BYTES, linger_until, take_records
 
 _T = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
@@ -50,33 +50,44 @@ class _Arrivals:
         self.t0 = time.monotonic()
         self.at = sorted(at)
         self.taken = 0
+        self.sizes: dict[int, int] = {}  # a record's value size (default 100 bytes)
 
     def _ready(self) -> int:
         now = time.monotonic() - self.t0
         return sum(1 for a in self.at[self.taken:] if a <= now)
 
-    def _take(self, n: int) -> list[int]:
+    def _take(self, n: int) -> list[_Rec]:
         k = min(n, self._ready())
-        out = list(range(self.taken, self.taken + k))
+        out = [_Rec(i, self.sizes.get(i, 100)) for i in range(self.taken, self.taken + k)]
         self.taken += k
         return out
 
-    def consume(self, num_messages: int, timeout: float) -> list[int]:
+    def consume(self, num_messages: int, timeout: float) -> list[_Rec]:
         end = time.monotonic() + timeout
         while self._ready() < num_messages and time.monotonic() < end:
             time.sleep(0.0005)
         return self._take(num_messages)
 
-    def poll(self, timeout: float) -> int | None:
+    def poll(self, timeout: float) -> _Rec | None:
         got = self.consume(1, timeout)
         return got[0] if got else None
 
 
-def _take(c: _Arrivals, timeout: float, last: float, linger: float, batch: int = 5000
-          ) -> tuple[list[int], float, float]:
+class _Rec:
+    """A record: its index, and a value of ``size`` bytes."""
+
+    def __init__(self, i: int, size: int) -> None:
+        self.i, self._value = i, b"x" * size
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def _take(c: _Arrivals, timeout: float, last: float, linger: float, batch: int = 5000,
+          max_bytes: int = POLL_BYTES) -> tuple[list[int], float, float]:
     t = time.monotonic()
-    got, new_last = take_records(c, timeout, last, linger, batch)  # type: ignore[arg-type]
-    return got, new_last, time.monotonic() - t
+    got, new_last = take_records(c, timeout, last, linger, batch, max_bytes)  # type: ignore[arg-type]
+    return [r.i for r in got], new_last, time.monotonic() - t  # type: ignore[attr-defined]
 
 
 def test_nothing_arrives_the_poll_waits_its_timeout_and_last_batch_stays() -> None:
@@ -109,3 +120,21 @@ def test_a_poll_takes_at_most_its_batch() -> None:
     c = _Arrivals([0.0] * 50 + [0.01] * 50)
     got, _, _ = _take(c, 0.1, time.monotonic(), 0.04, batch=60)
     assert len(got) == 60
+
+
+def test_a_poll_takes_about_its_bytes_of_large_records_and_all_its_count_of_small_ones() -> None:
+    """Batched reports (large records) bound a poll by bytes, a record past the bound at most;
+    one report to a record, by count as before."""
+    c = _Arrivals([0.0] * 400)
+    c.sizes = {i: 100_000 for i in range(400)}
+    got, _, _ = _take(c, 0.1, time.monotonic(), 0.0, max_bytes=640_000)
+    assert 7 <= len(got) <= 8 and got == list(range(len(got)))
+    got, _, _ = _take(c, 0.1, time.monotonic(), 0.0, max_bytes=640_000)  # the next poll goes on from there
+    assert got[0] == 8 or got[0] == 7
+    small = _Arrivals([0.0] * 6000)
+    got, _, _ = _take(small, 0.1, time.monotonic(), 0.0)
+    assert len(got) == 5000 and got == list(range(5000))
+    mixed = _Arrivals([0.0] * 3000)
+    mixed.sizes = {i: 10_000 for i in range(100, 3000)}
+    got, _, _ = _take(mixed, 0.1, time.monotonic(), 0.0, max_bytes=640_000)
+    assert 100 + 40 <= len(got) <= 100 + 65  # 10 kB each past the first hundred: ~64 of them

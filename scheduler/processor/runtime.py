@@ -50,6 +50,12 @@ STANDBY_BUDGET_S = 0.02
 # Longest a burst's shards are ticked again without a poll (commands and reports wait meanwhile).
 BURST_ROUNDS_S = 1.0
 POLL_BATCH = 5000  # records taken per poll at most
+# Record bytes taken per poll at most (~5,000 reports, one to a record or many): a worker's
+# AttemptReports record holds a batch of reports, so a count of records alone no longer bounds a
+# poll's work, and a burst's reports would hold its emission for seconds. The first chunk is small
+# for the same reason; later ones are sized from the records seen (_more).
+POLL_BYTES = 640_000
+FIRST_CHUNK = 8
 # A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
 # bring ~25 a poll, one client sending command after command brings one.
 LINGER_MIN_RECORDS = 16
@@ -71,10 +77,12 @@ def linger_until(got: int, last_batch_at: float, linger_s: float, deadline: floa
 
 
 def take_records(
-    consumer: Consumer, timeout: float, last_batch_at: float, linger_s: float, batch: int = POLL_BATCH
+    consumer: Consumer, timeout: float, last_batch_at: float, linger_s: float, batch: int = POLL_BATCH,
+    max_bytes: int = POLL_BYTES,
 ) -> tuple[list[Message], float]:
-    """The records of one poll, at most ``batch``, and the new ``last_batch_at`` (the monotonic end
-    of this poll if it brought any, else unchanged). Returns within ``timeout`` seconds.
+    """The records of one poll, at most ``batch`` and about ``max_bytes`` (:func:`_more`),
+    and the new ``last_batch_at`` (the monotonic end of this poll if it brought any, else
+    unchanged). Returns within ``timeout`` seconds.
 
     ``consume(n, timeout)`` waits for ``n`` records or the whole timeout: a command would wait for
     the next tick, and its caller with it. So: what is fetched already; else the first record
@@ -82,18 +90,40 @@ def take_records(
     :func:`linger_until`. Commands that arrive during a tick's commit make the next tick's batch.
     """
     started = time.monotonic()
-    got: list[Message] = consumer.consume(num_messages=batch, timeout=0)
+    got: list[Message] = []
+    size = _more(consumer, got, batch, max_bytes, 0, 0.0)
     if not got:
         if timeout <= 0:
             return got, last_batch_at
         first = consumer.poll(timeout)
         if first is None:
             return [], last_batch_at
-        got = [first, *consumer.consume(num_messages=batch - 1, timeout=0)]
+        got = [first]
+        size = _more(consumer, got, batch, max_bytes, len(first.value() or b""), 0.0)
     until = linger_until(len(got), last_batch_at, linger_s, started + timeout)
-    while len(got) < batch and (left := until - time.monotonic()) > 0.001:
-        got.extend(consumer.consume(num_messages=batch - len(got), timeout=left))
+    while len(got) < batch and size < max_bytes and (left := until - time.monotonic()) > 0.001:
+        size = _more(consumer, got, batch, max_bytes, size, left)
     return got, time.monotonic()
+
+
+def _more(consumer: Consumer, got: list[Message], batch: int, max_bytes: int, size: int, wait: float) -> int:
+    """Append to ``got`` what is fetched, a chunk at a time (the first waiting up to ``wait`` s
+    for its records), until ``batch`` records or ``max_bytes``; returns the bytes in ``got``."""
+    n = FIRST_CHUNK
+    while len(got) < batch and size < max_bytes:
+        chunk = consumer.consume(num_messages=min(n, batch - len(got)), timeout=wait)
+        if not chunk:
+            break
+        got.extend(chunk)
+        sizes = [len(m.value() or b"") for m in chunk]
+        size += sum(sizes)
+        if len(chunk) < n:  # all that was fetched (or the wait is over)
+            break
+        wait = 0.0
+        # as many more as fit if each is as large as the largest yet, and at most twice as many:
+        # a stream of small records followed by large ones overshoots by one chunk at most
+        n = max(1, min(2 * len(chunk), (max_bytes - size) // max(1, max(sizes))))
+    return size
 
 
 class Processor:
