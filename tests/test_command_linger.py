@@ -10,7 +10,13 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.processor.runtime import LINGER_MIN_RECORDS, POLL_BYTES, linger_until, take_records
+from scheduler.processor.runtime import (
+    LINGER_MIN_RECORDS,
+    POLL_BYTES,
+    RecordSizes,
+    linger_until,
+    take_records,
+)
 
 _T = st.floats(min_value=0, max_value=1e6, allow_nan=False)
 
@@ -73,6 +79,20 @@ class _Arrivals:
         return got[0] if got else None
 
 
+class _Calls:
+    """Counts a consumer's ``consume`` calls."""
+
+    def __init__(self, c: _Arrivals) -> None:
+        self.c, self.n = c, 0
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Rec]:
+        self.n += 1
+        return self.c.consume(num_messages, timeout)
+
+    def poll(self, timeout: float) -> _Rec | None:
+        return self.c.poll(timeout)
+
+
 class _Rec:
     """A record: its index, and a value of ``size`` bytes."""
 
@@ -84,9 +104,9 @@ class _Rec:
 
 
 def _take(c: _Arrivals, timeout: float, last: float, linger: float, batch: int = 5000,
-          max_bytes: int = POLL_BYTES) -> tuple[list[int], float, float]:
+          max_bytes: int = POLL_BYTES, sizes: RecordSizes | None = None) -> tuple[list[int], float, float]:
     t = time.monotonic()
-    got, new_last = take_records(c, timeout, last, linger, batch, max_bytes)  # type: ignore[arg-type]
+    got, new_last = take_records(c, timeout, last, linger, batch, max_bytes, sizes)  # type: ignore[arg-type]
     return [r.i for r in got], new_last, time.monotonic() - t  # type: ignore[attr-defined]
 
 
@@ -123,18 +143,25 @@ def test_a_poll_takes_at_most_its_batch() -> None:
 
 
 def test_a_poll_takes_about_its_bytes_of_large_records_and_all_its_count_of_small_ones() -> None:
-    """Batched reports (large records) bound a poll by bytes, a record past the bound at most;
-    one report to a record, by count as before."""
-    c = _Arrivals([0.0] * 400)
-    c.sizes = {i: 100_000 for i in range(400)}
-    got, _, _ = _take(c, 0.1, time.monotonic(), 0.0, max_bytes=640_000)
-    assert 7 <= len(got) <= 8 and got == list(range(len(got)))
-    got, _, _ = _take(c, 0.1, time.monotonic(), 0.0, max_bytes=640_000)  # the next poll goes on from there
-    assert got[0] == 8 or got[0] == 7
+    """Batched reports (large records) bound a poll by bytes; one report to a record, by count as
+    before. Large records after small ones overshoot by one chunk, in that poll only."""
+    big = _Arrivals([0.0] * 400)
+    big.sizes = {i: 256_000 for i in range(400)}
+    sizes = RecordSizes()
+    got = _take(big, 0.1, time.monotonic(), 0.0, max_bytes=640_000, sizes=sizes)[0]
+    assert got == list(range(8))  # the first chunk: nothing known yet
+    for _ in range(3):  # then what fits, a record over at most
+        more = _take(big, 0.1, time.monotonic(), 0.0, max_bytes=640_000, sizes=sizes)[0]
+        assert more == list(range(got[-1] + 1, got[-1] + 1 + len(more))) and 2 <= len(more) <= 3
+        got = more
     small = _Arrivals([0.0] * 6000)
-    got, _, _ = _take(small, 0.1, time.monotonic(), 0.0)
-    assert len(got) == 5000 and got == list(range(5000))
+    calls = _Calls(small)
+    got = _take(calls, 0.1, time.monotonic(), 0.0, sizes=sizes)[0]  # type: ignore[arg-type]
+    assert len(got) == 5000 and calls.n <= 14  # a small first chunk, then doubling: by count again
     mixed = _Arrivals([0.0] * 3000)
-    mixed.sizes = {i: 10_000 for i in range(100, 3000)}
-    got, _, _ = _take(mixed, 0.1, time.monotonic(), 0.0, max_bytes=640_000)
-    assert 100 + 40 <= len(got) <= 100 + 65  # 10 kB each past the first hundred: ~64 of them
+    mixed.sizes = {i: 256_000 for i in range(248, 3000)}
+    fresh = RecordSizes()
+    got = _take(mixed, 0.1, time.monotonic(), 0.0, max_bytes=640_000, sizes=fresh)[0]
+    assert len(got) <= 248 + 256  # one chunk over (twice the last) when large follow small
+    got = _take(mixed, 0.1, time.monotonic(), 0.0, max_bytes=640_000, sizes=fresh)[0]
+    assert len(got) <= 3  # known now

@@ -69,9 +69,12 @@ def _forged(value: bytes) -> bytes:
     return encode(AttemptReport(**{f: getattr(rep, f) for f in rep.__slots__} | {"tenant": "other"}))
 
 
-def test_a_batch_is_taken_as_its_reports_one_record_each() -> None:
+@pytest.mark.parametrize("started", [False, True], ids=["fast-intake", "tracked"])
+def test_a_batch_is_taken_as_its_reports_one_record_each(started: bool) -> None:
+    """Final reports alone (the fast intake's path, as fast handlers send them) or after STARTED
+    (the tracked attempt's path); a forgery and a duplicate among them."""
     shard, dispatched = _fired_shard(40, DUE)
-    reports = _reports(dispatched, started=True)  # STARTED then SUCCEEDED: the tracked path too
+    reports = _reports(dispatched, started=started)
     reports[5:5] = [_forged(reports[7]), reports[9]]  # a forgery, and a report sent twice
     twin, _ = _fired_shard(len(dispatched), DUE)  # the same schedules and ids (the payloads differ)
     alone, counted_alone, bug_alone = _take(shard, reports)

@@ -253,7 +253,7 @@ def _run(args: argparse.Namespace) -> int:
                 workers[0] = start()
                 killed = True
                 print(f"killed a worker at {done:,} succeeded; started another")
-        held = _apply_held(proc, sampler, stopped_at, taken0) if args.held else {}
+        held = _apply_held(proc, sampler, stopped_at, taken0, read - taken0) if args.held else {}
         time.sleep(2)  # the processor commits the last reports it read
         sampler.sample(workers, len(e2e) + len(e2e_second), read, force=True)  # the workers' CPU at the end
         proc_cpu_s = cpu_seconds([proc.pid]) - proc_cpu_before
@@ -367,7 +367,7 @@ TXN_TIMEOUT_S = 30  # the processor's transaction.timeout.ms (processor/ownershi
 
 
 def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, taken0: int,
-                quiet_s: float = 3.0, timeout_s: float = 120.0) -> dict[str, Any]:
+                queued_reports: int, quiet_s: float = 3.0, timeout_s: float = 120.0) -> dict[str, Any]:
     """Resume the stopped processor, every report queued, and time it applying them: until its
     group's committed offsets last moved, read until they have not moved for ``quiet_s`` of
     answered polls. The commands topic has no transactional writer (no markers): the backlog
@@ -375,7 +375,7 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
     ``ksched_attempt_reports_total`` when its offsets moved (a record may hold many: the final
     reports, with ``--handler plain`` also the STARTED ones); ``held_records_*`` the topic's
     records. Its rate and its CPU per report over the same span. ``taken0``: the reports the
-    processor had taken when it was stopped."""
+    processor had taken when it was stopped; ``queued_reports``: those the bench read after."""
     from scheduler.bench.common import cpu_seconds
 
     queued = None
@@ -419,7 +419,7 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
         "held_pause_s": pause_s,
         "held_records_queued": queued,
         "held_records_applied": queued - last,
-        "held_reports_queued": applied if not last else None,  # every one, once the records are
+        "held_reports_queued": queued_reports,
         "held_reports_applied": applied,
         "held_apply_s": span,
         "held_reports_per_s": applied / span if span > 0 else None,

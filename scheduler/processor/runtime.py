@@ -52,10 +52,26 @@ BURST_ROUNDS_S = 1.0
 POLL_BATCH = 5000  # records taken per poll at most
 # Record bytes taken per poll at most (~5,000 reports, one to a record or many): a worker's
 # AttemptReports record holds a batch of reports, so a count of records alone no longer bounds a
-# poll's work, and a burst's reports would hold its emission for seconds. The first chunk is small
-# for the same reason; later ones are sized from the records seen (_more).
+# poll's work, and a burst's reports would hold its emission for seconds. The poll takes chunks
+# sized from the largest record of this poll and the previous one (RecordSizes, _more).
 POLL_BYTES = 640_000
 FIRST_CHUNK = 8
+
+
+class RecordSizes:
+    """The largest record value of the previous poll and of this one: what a poll's chunks are
+    sized by (:func:`_more`). A poll after large records starts with a small chunk; large records
+    after small ones in a poll overshoot its bytes by one chunk, the records seen so far at most."""
+
+    def __init__(self) -> None:
+        self.previous = 0
+        self.current = 0
+
+    def next_poll(self) -> None:
+        self.previous, self.current = self.current, 0
+
+    def largest(self) -> int:
+        return max(self.previous, self.current)
 # A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
 # bring ~25 a poll, one client sending command after command brings one.
 LINGER_MIN_RECORDS = 16
@@ -78,7 +94,7 @@ def linger_until(got: int, last_batch_at: float, linger_s: float, deadline: floa
 
 def take_records(
     consumer: Consumer, timeout: float, last_batch_at: float, linger_s: float, batch: int = POLL_BATCH,
-    max_bytes: int = POLL_BYTES,
+    max_bytes: int = POLL_BYTES, sizes: RecordSizes | None = None,
 ) -> tuple[list[Message], float]:
     """The records of one poll, at most ``batch`` and about ``max_bytes`` (:func:`_more`),
     and the new ``last_batch_at`` (the monotonic end of this poll if it brought any, else
@@ -90,8 +106,10 @@ def take_records(
     :func:`linger_until`. Commands that arrive during a tick's commit make the next tick's batch.
     """
     started = time.monotonic()
+    sizes = sizes or RecordSizes()
+    sizes.next_poll()
     got: list[Message] = []
-    size = _more(consumer, got, batch, max_bytes, 0, 0.0)
+    size = _more(consumer, got, batch, max_bytes, 0, 0.0, sizes)
     if not got:
         if timeout <= 0:
             return got, last_batch_at
@@ -99,30 +117,38 @@ def take_records(
         if first is None:
             return [], last_batch_at
         got = [first]
-        size = _more(consumer, got, batch, max_bytes, len(first.value() or b""), 0.0)
+        sizes.current = len(first.value() or b"")
+        size = _more(consumer, got, batch, max_bytes, sizes.current, 0.0, sizes)
     until = linger_until(len(got), last_batch_at, linger_s, started + timeout)
     while len(got) < batch and size < max_bytes and (left := until - time.monotonic()) > 0.001:
-        size = _more(consumer, got, batch, max_bytes, size, left)
+        size = _more(consumer, got, batch, max_bytes, size, left, sizes)
     return got, time.monotonic()
 
 
-def _more(consumer: Consumer, got: list[Message], batch: int, max_bytes: int, size: int, wait: float) -> int:
+def _more(
+    consumer: Consumer, got: list[Message], batch: int, max_bytes: int, size: int, wait: float,
+    sizes: RecordSizes,
+) -> int:
     """Append to ``got`` what is fetched, a chunk at a time (the first waiting up to ``wait`` s
-    for its records), until ``batch`` records or ``max_bytes``; returns the bytes in ``got``."""
+    for its records), until ``batch`` records or ``max_bytes``; returns the bytes in ``got``. A
+    chunk is as many records as fit if each were as large as the largest yet (of the previous
+    poll too, for a poll's first chunk: ``sizes``), and at most twice the last chunk."""
     n = FIRST_CHUNK
     while len(got) < batch and size < max_bytes:
+        largest = sizes.current if len(got) > 1 else sizes.largest()
+        if largest:
+            n = max(1, min(n, (max_bytes - size) // largest))
         chunk = consumer.consume(num_messages=min(n, batch - len(got)), timeout=wait)
         if not chunk:
             break
         got.extend(chunk)
-        sizes = [len(m.value() or b"") for m in chunk]
-        size += sum(sizes)
+        lengths = [len(m.value() or b"") for m in chunk]
+        size += sum(lengths)
+        sizes.current = max(sizes.current, *lengths)
         if len(chunk) < n:  # all that was fetched (or the wait is over)
             break
         wait = 0.0
-        # as many more as fit if each is as large as the largest yet, and at most twice as many:
-        # a stream of small records followed by large ones overshoots by one chunk at most
-        n = max(1, min(2 * len(chunk), (max_bytes - size) // max(1, max(sizes))))
+        n = 2 * len(chunk)
     return size
 
 
@@ -168,6 +194,7 @@ class Processor:
         self.consumer: Consumer | None = None
         self._stop = threading.Event()
         self._last_batch_at = -1e9  # monotonic end of the last poll that brought records
+        self._sizes = RecordSizes()  # the largest records of the last polls: a poll's chunks
 
     @property
     def owned(self) -> dict[int, OwnedShard]:
@@ -314,7 +341,8 @@ class Processor:
         assert self.consumer is not None
         self.checkpoints.assert_none_open("poll")
         got, self._last_batch_at = take_records(
-            self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000
+            self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000,
+            sizes=self._sizes,
         )
         return got
 

@@ -9,8 +9,9 @@ The order for each batch, on the consumer thread (no thread hop, no lock per rec
     3. one final report per job, the start time and a fresh token in it, and no ``STARTED``
        before it: the attempt ends well within its lease, so the final report alone carries
        what fencing needs (docs/contract.md §7);
-    4. the batch's final reports produced as one ``AttemptReports`` record per dispatch
-       partition (:meth:`~scheduler.worker.reports.FinalReports.send_batch`), in job order.
+    4. the final reports produced as one ``AttemptReports`` record per dispatch partition
+       (:meth:`~scheduler.worker.reports.FinalReports.send_batch`), in job order: those of
+       step 1 before the first handler is called, each handler's once it returned.
 
 A job is *done* for the offset tracker when its final report is acknowledged
 (:class:`~scheduler.worker.reports.FinalReports`), exactly as for a pool job.
@@ -77,13 +78,17 @@ class FastRunner:
         try:
             self._run(jobs)
         finally:  # what was decided is reported, also when a step raised (a bug) midway
-            pending, self._pending = self._pending, {}
-            for partition, (done, values) in pending.items():
-                if self._batch_reports:
-                    self._finals.send_batch(done, partition, values, polling=True)
-                    continue
-                for job, value in zip(done, values, strict=True):
-                    self._finals.send(job, job.occurrence.schedule_id, value, polling=True)
+            self._flush()
+
+    def _flush(self) -> None:
+        """Step 4 for the final reports decided since the last flush."""
+        pending, self._pending = self._pending, {}
+        for partition, (done, values) in pending.items():
+            if self._batch_reports:
+                self._finals.send_batch(done, partition, values, polling=True)
+                continue
+            for job, value in zip(done, values, strict=True):
+                self._finals.send(job, job.occurrence.schedule_id, value, polling=True)
 
     def _run(self, jobs: Sequence[Job]) -> None:
         prefix = os.urandom(12).hex()  # + the job's index: a fresh, unique token per attempt
@@ -104,8 +109,10 @@ class FastRunner:
                 handler=occ.handler, payload=occ.payload, token=token, worker_id=worker_id,
                 deadline_ms=occ.deadline_ms,
             )))
+        self._flush()  # step 1's: not held while the handlers run
         for name, items in groups.items():
             self._call(name, items)
+            self._flush()
 
     def _call(self, name: str, items: list[tuple[Job, Context]]) -> None:
         fn = self._handlers.fast(name)
