@@ -96,12 +96,13 @@ def test_bench_reports_applies_every_report_once_and_splits_its_cpu(
 
     monkeypatch.setattr(runtime, "POLL_BATCH", 300)  # several polls a run, the last one short
 
-    for started, sent in ((False, 2000), (True, 4000)):
-        out = tmp_path / f"reports-{started}.json"
-        args = argparse.Namespace(reports=2000, started=started, rounds=2, json_file=str(out))
+    for started, sent, batch in ((False, 2000, 1), (True, 4000, 1), (False, 2000, 100), (True, 4000, 64)):
+        out = tmp_path / f"reports-{started}-{batch}.json"
+        args = argparse.Namespace(reports=2000, started=started, batch=batch, rounds=2, json_file=str(out))
         assert reports._run(args) == 0  # non-zero unless every report was applied exactly once
         figures = json.loads(out.read_text())
         assert figures["reports"] == figures["applied"] == sent and figures["ignored"] == 0
+        assert figures["records"] == -(-sent // batch) and figures["batch"] == batch
         assert figures["succeeded_events"] == figures["events_produced"] == 2000
         assert len(figures["cpu_us_per_report_rounds"]) == 2 and figures["speed_probe_us_before"] > 0
         for stage in ("scan", "apply", "event_write"):
