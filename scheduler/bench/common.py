@@ -106,11 +106,9 @@ def rss(pid: int) -> int:
 def _restore_seconds(port: int, shards: int) -> float | None:
     """Wall time a processor spent restoring, from its /metrics; None until all ``shards``
     have reported ready."""
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    except OSError:
+    lines = _metrics_lines(port)
+    if lines is None:
         return None
-    lines = text.splitlines()
     ready = sum(1 for line in lines if line.startswith("ksched_restore_seconds{"))
     wall = [
         float(line.rsplit(" ", 1)[1])
@@ -123,12 +121,20 @@ def _restore_seconds(port: int, shards: int) -> float | None:
 def counter_total(port: int, name: str) -> float | None:
     """The sum of counter ``name`` over its labels in the /metrics of the process on ``port``;
     None when it did not answer."""
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    except OSError:
+    lines = _metrics_lines(port)
+    if lines is None:
         return None
     head = (f"{name}{{", f"{name} ")
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(head))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(head))
+
+
+def _metrics_lines(port: int) -> list[str] | None:
+    """The lines of the /metrics of the process on ``port``; None when it did not answer."""
+    try:
+        text: str = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    return text.splitlines()
 
 
 def wait_restored(port: int, shards: int, timeout_s: float) -> float | None:

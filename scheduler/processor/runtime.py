@@ -56,6 +56,10 @@ POLL_BATCH = 5000  # records taken per poll at most
 # sized from the largest record of this poll and the previous one (RecordSizes, _more).
 POLL_BYTES = 640_000
 FIRST_CHUNK = 8
+# A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
+# bring ~25 a poll, one client sending command after command brings one.
+LINGER_MIN_RECORDS = 16
+WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
 
 
 class RecordSizes:
@@ -72,10 +76,6 @@ class RecordSizes:
 
     def largest(self) -> int:
         return max(self.previous, self.current)
-# A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
-# bring ~25 a poll, one client sending command after command brings one.
-LINGER_MIN_RECORDS = 16
-WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
 
 
 def linger_until(got: int, last_batch_at: float, linger_s: float, deadline: float) -> float:

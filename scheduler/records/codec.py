@@ -243,11 +243,7 @@ class Codecs:
         The fingerprint tells them apart; any other record type is a
         :class:`RecordDecodeError`.
         """
-        r = self._reader(data)
-        if r.cls not in _COMMAND_TOPIC:
-            raise RecordDecodeError(
-                f"wrong record type: got {r.name}, expected ScheduleCommand, AttemptReport or AttemptReports"
-            )
+        r = self._command_topic_reader(data)
         out = _body(data, r)
         assert isinstance(out, ScheduleCommand | AttemptReport | AttemptReports)
         return out
@@ -257,16 +253,21 @@ class Codecs:
         :class:`AttemptReport`, each of an :class:`AttemptReports` in order), or None for a
         :class:`ScheduleCommand`. Any other record is a :class:`RecordDecodeError`: how the
         readers of the commands topic (history, reconciler, demo view) take reports alike."""
-        r = self._reader(data)
-        if r.cls is AttemptReport:
-            return [_datum(data, r)]
-        if r.cls is AttemptReports:
-            return list(_datum(data, r)["reports"])
+        r = self._command_topic_reader(data)
         if r.cls is ScheduleCommand:
             return None
-        raise RecordDecodeError(
-            f"wrong record type: got {r.name}, expected ScheduleCommand, AttemptReport or AttemptReports"
-        )
+        if r.cls is AttemptReport:
+            return [_datum(data, r)]
+        return list(_datum(data, r)["reports"])
+
+    def _command_topic_reader(self, data: bytes | bytearray | memoryview) -> _Reader:
+        """The reader of ``data``'s header, which must name a record of the commands topic."""
+        r = self._reader(data)
+        if r.cls not in _COMMAND_TOPIC:
+            raise RecordDecodeError(
+                f"wrong record type: got {r.name}, expected ScheduleCommand, AttemptReport or AttemptReports"
+            )
+        return r
 
     def record_type(self, data: bytes | bytearray | memoryview) -> type[Record]:
         """The record type named by ``data``'s header, without decoding the body."""
