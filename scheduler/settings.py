@@ -97,6 +97,10 @@ class Settings:
     # the Confluent-compatible schema registry API at schema_registry_url. Readers decode both.
     record_framing: str = "single-object"  # single-object | confluent
     schema_registry_url: str = ""  # e.g. http://127.0.0.1:8080/apis/ccompat/v7 (Apicurio)
+    # The processor writes a run of occurrence events as OccurrenceEvents records, several events
+    # each (docs/contract.md §4); false: one OccurrenceEvent record an event, for readers older
+    # than that record. Confluent framing always writes one an event (one schema a subject).
+    batch_events: bool = True
 
     @property
     def bootstrap_servers(self) -> str:

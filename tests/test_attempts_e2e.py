@@ -24,7 +24,7 @@ from scheduler.dlq import replay
 from scheduler.domain import ScheduleSpec
 from scheduler.kafka.clients import consumer
 from scheduler.processor.runtime import Processor
-from scheduler.records import OccurrenceEvent, decode
+from scheduler.records import OccurrenceEvent, occurrence_events
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, add_tenant
 from scheduler.topology import topic_name
@@ -75,7 +75,7 @@ class Events:
         while time.monotonic() < deadline:
             for m in self.c.consume(500, 0.2):
                 if m.error() is None:
-                    self.seen.append(decode(m.value() or b"", OccurrenceEvent))
+                    self.seen += occurrence_events(m.value() or b"")
             if pred(self.seen):
                 return self.seen
         raise AssertionError(f"timed out; events so far: {[(e.state, e.attempt) for e in self.seen]}")

@@ -96,14 +96,19 @@ def test_bench_reports_applies_every_report_once_and_splits_its_cpu(
 
     monkeypatch.setattr(runtime, "POLL_BATCH", 300)  # several polls a run, the last one short
 
-    for started, sent, batch in ((False, 2000, 1), (True, 4000, 1), (False, 2000, 100), (True, 4000, 64)):
+    cases = ((False, 2000, 1, True), (True, 4000, 1, False), (False, 2000, 100, False),
+             (True, 4000, 64, True))
+    for started, sent, batch, single in cases:
         out = tmp_path / f"reports-{started}-{batch}.json"
-        args = argparse.Namespace(reports=2000, started=started, batch=batch, rounds=2, json_file=str(out))
+        args = argparse.Namespace(reports=2000, started=started, batch=batch, rounds=2, json_file=str(out),
+                                  single_events=single)
         assert reports._run(args) == 0  # non-zero unless every report was applied exactly once
         figures = json.loads(out.read_text())
         assert figures["reports"] == figures["applied"] == sent and figures["ignored"] == 0
         assert figures["records"] == -(-sent // batch) and figures["batch"] == batch
         assert figures["succeeded_events"] == figures["events_produced"] == 2000
+        assert figures["single_events"] is single
+        assert (figures["event_records"] == 2000) if single else (figures["event_records"] < 2000)
         assert len(figures["cpu_us_per_report_rounds"]) == 2 and figures["speed_probe_us_before"] > 0
         for stage in ("scan", "apply", "event_write"):
             assert figures[f"{stage}_cpu_us_per_report"] > 0

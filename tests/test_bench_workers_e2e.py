@@ -53,9 +53,10 @@ def test_bench_workers_with_daily_schedules_measures_the_reports_alone(
     kafka_settings: Settings, tmp_path: Path
 ) -> None:
     """``--kind cron``: daily schedules due at a whole minute; their reports complete nothing, so
-    no version record is written while they are applied. Its worker runs niced (``--worker-nice``)."""
-    r = _bench(tmp_path, "--drain", "--kind", "cron", "--worker-nice", "3")
-    assert r["worker_nice"] == 3
+    no version record is written while they are applied. Its worker runs niced (``--worker-nice``),
+    and its processor writes an event a record (``--single-events``)."""
+    r = _bench(tmp_path, "--drain", "--kind", "cron", "--worker-nice", "3", "--single-events")
+    assert r["worker_nice"] == 3 and r["single_events"] is True
     assert r["kind"] == "cron" and r["succeeded"] == r["occurrences"] == 300 and r["duplicate_effects"] == 0
     assert r["applied_ahead_s"] > 0
     assert r["broker_bytes_per_occurrence_reported"].get("versions", 0) == 0

@@ -24,10 +24,11 @@ from scheduler.processor.metrics import ProcessorMetrics
 from scheduler.processor.restore import restore_shards
 from scheduler.processor.runtime import Processor
 from scheduler.processor.shard import Shard
-from scheduler.records import Occurrence, OccurrenceEvent, ScheduleCommand, ScheduleSpecRecord, decode
+from scheduler.records import Occurrence, OccurrenceEvent, ScheduleCommand, ScheduleSpecRecord
 from scheduler.settings import Settings
 from scheduler.tenants import Tenant, add_tenant, load_tenants
 from scheduler.topology import topic_name
+from tests.topic_values import decoded
 
 pytestmark = pytest.mark.kafka
 QUOTA = 8  # trigger_rate_per_s of tenant "slow", split over the 4 shards
@@ -39,7 +40,7 @@ def once(ts: int, **kw: object) -> ScheduleSpec:
 
 
 class Reader:
-    """Follows topics from the beginning, read_committed, decoding each value as ``cls``."""
+    """Follows topics from the beginning, read_committed, decoding each value as ``cls`` records."""
 
     def __init__(self, settings: Settings, topic: str, cls: type) -> None:
         self.c = consumer(settings.kafka())
@@ -52,7 +53,7 @@ class Reader:
         while time.monotonic() < deadline:
             for m in self.c.consume(1000, 0.2):
                 if m.error() is None and m.value() is not None:
-                    self.seen.append((time.time(), decode(m.value() or b"", self.cls)))
+                    self.seen += [(time.time(), x) for x in decoded(m.value() or b"", self.cls)]
             if pred(self.items()):  # type: ignore[operator]
                 return self.items()
         raise AssertionError(f"timed out with {len(self.seen)} records")

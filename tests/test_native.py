@@ -97,10 +97,15 @@ def test_compiled_report_and_event_equal_their_source(rep: AttemptReport, data: 
     # a batch's events in tenant runs: the same records and the same end of each run
     events = [ev, ev._replace(tenant=ev.tenant + "x"), ev, ev]
     for start in (0, 1, 2):
-        counted: tuple[dict[str, int], dict[str, int]] = ({"DEAD": 1}, {"DEAD": 1})
-        run = (rs.STATE_INDEX, rep.reported_at_ms, b"H", events, start)
-        assert compiled.event_run(*run, counted[0]) == pure.event_run(*run, counted[1])
-        assert counted[0] == counted[1]
+        for batch in ((), (b"B", 1), (b"B", 10**6)):  # one record an event; batches of one; of all
+            counted: tuple[dict[str, int], dict[str, int]] = ({"DEAD": 1}, {"DEAD": 1})
+            run = (rs.STATE_INDEX, rep.reported_at_ms, b"H", events, start)
+            assert compiled.event_run(*run, counted[0], *batch) == pure.event_run(*run, counted[1], *batch)
+            assert counted[0] == counted[1]
+    # and the batch's reader, on the batch the writer made and on a mutation of it
+    value = pure.event_run(rs.STATE_INDEX, 0, b"H", events, 2, {}, b"B" * 10, 10**6)[0][0]["value"]
+    for v in (value, _mutated(value, data)):
+        assert _called(compiled.event_bodies, v) == _called(pure.event_bodies, v)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

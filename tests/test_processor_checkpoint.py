@@ -339,7 +339,7 @@ def test_a_ticks_events_and_completions_go_to_each_tenants_topics_in_order() -> 
     tenant's schedules topic its own entries' records (a run per topic each), and no versions
     topic anything (a COMPLETED changes no worker's verdict)."""
     from scheduler.processor.model import Event
-    from scheduler.records import Schedule, decode
+    from scheduler.records import Schedule, decode, occurrence_events
 
     producer = ValueRecorder()
     cps = Checkpoints(Settings(), commit_threads=1)
@@ -355,8 +355,12 @@ def test_a_ticks_events_and_completions_go_to_each_tenants_topics_in_order() -> 
     events = [Event(f"o-{sid}", sid, t, 1, T0, "SUCCEEDED") for t, sid in
               (("a", "a1"), ("a", "a2"), ("b", "b1"), ("a", "a3"))]
     cp.lifecycle(events, [], T0 + 1)
-    assert producer.on("ksched.occurrence-events.a") == [b"a1", b"a2", b"a3"]
+    # a run of two: one OccurrenceEvents record, unkeyed; a run of one: its keyed OccurrenceEvent
+    assert producer.on("ksched.occurrence-events.a") == [None, b"a3"]
     assert producer.on("ksched.occurrence-events.b") == [b"b1"]
+    for tenant, sids in (("a", ["a1", "a2", "a3"]), ("b", ["b1"])):
+        values = [v for t, _, v, _ in producer.records if t == f"ksched.occurrence-events.{tenant}"]
+        assert [e.schedule_id for v in values for e in occurrence_events(v)] == sids
     entries = [shard.entries[sid] for sid in ("a1", "b1", "a2")]
     cp.completions(entries, T0 + 1)
     assert producer.on("ksched.schedules") == [b"a1", b"b1", b"a2"]

@@ -55,6 +55,7 @@ from scheduler.settings import Settings
 from scheduler.tenants import Tenant, add_tenant
 from scheduler.topology import desired_topics, topic_name
 from tests.test_processor_e2e import once_at
+from tests.topic_values import decoded
 
 pytestmark = [pytest.mark.kafka]
 
@@ -282,10 +283,9 @@ class TopicReader:
         n = 0
         for m in self.c.consume(10_000, timeout_s):
             if m.error() is None:
-                self.seen.append(
-                    Seen(m.partition() or 0, m.timestamp()[1], decode(m.value() or b"", self.cls))
-                )
-                n += 1
+                for x in decoded(m.value() or b"", self.cls):
+                    self.seen.append(Seen(m.partition() or 0, m.timestamp()[1], x))
+                    n += 1
         return n
 
     def read_until(self, done: Callable[[list[Seen]], bool], timeout_s: float, settle_s: float = 2.0) -> None:

@@ -13,7 +13,7 @@ from test_history_store import batch_of
 
 from scheduler.history import HistoryStore
 from scheduler.reconcile.account import DUPLICATE, Ledger, settle
-from scheduler.reconcile.lean import dispatch_head, event_head
+from scheduler.reconcile.lean import dispatch_head, event_heads
 from scheduler.reconcile.store_source import read_store
 from scheduler.records import report_fields
 
@@ -57,8 +57,8 @@ def from_topics(recs: list[Rec], ledger: Ledger) -> None:
             oid, sid, _t, ver, sf, att = dispatch_head(r.value)
             ledger.dispatch(oid, sid, ver, sf // 1000, att)
         elif r.source.value == "occurrence-events":
-            oid, sid, _t, ver, sf, state, att = event_head(r.value)
-            ledger.event(oid, sid, ver, sf // 1000, state, att)
+            for oid, sid, _t, ver, sf, state, att in event_heads(r.value):
+                ledger.event(oid, sid, ver, sf // 1000, state, att)
         else:
             for d in report_fields(r.value) or ():
                 oid, sf = d["occurrence_id"], d["scheduled_for_ms"] // 1000

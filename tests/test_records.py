@@ -289,6 +289,19 @@ def test_report_fields_reads_a_report_alone_or_several_alike() -> None:
         report_fields(encode(occurrence()))
 
 
+
+def test_occurrence_events_reads_an_event_alone_or_several_alike() -> None:
+    from scheduler.records import OccurrenceEvent, OccurrenceEvents, occurrence_events
+
+    ev = OccurrenceEvent(occurrence_id="o", schedule_id="s", tenant="t", version=1, scheduled_for_ms=0,
+                         state="SUCCEEDED", attempt=1, reason=None, at_ms=5)  # type: ignore[arg-type]
+    other = dataclasses.replace(ev, occurrence_id="o2", state="DEAD", reason="exhausted")
+    assert occurrence_events(encode(ev)) == [ev]
+    assert occurrence_events(encode(OccurrenceEvents(events=(ev, other)))) == [ev, other]
+    assert occurrence_events(encode(OccurrenceEvents(events=()))) == []
+    with pytest.raises(RecordDecodeError, match="got Occurrence, expected OccurrenceEvent or Occurrence"):
+        occurrence_events(encode(occurrence()))
+
 # --- field mirrors ----------------------------------------------------------------------------------
 
 
@@ -401,6 +414,7 @@ def test_public_api_is_pinned() -> None:
             "DlqEntry",
             "Occurrence",
             "OccurrenceEvent",
+            "OccurrenceEvents",
             "FinishedAttempt",
             "QueuedOccurrence",
             "QuotaDemand",
@@ -424,6 +438,7 @@ def test_public_api_is_pinned() -> None:
             "decode_command_topic",
             "decode_fields",
             "encode",
+            "occurrence_events",
             "record_type",
             "report_fields",
             "schema_header",

@@ -129,8 +129,8 @@ def test_the_processors_event_writes_what_the_codec_writes(
 def test_a_batchs_events_go_out_in_tenant_runs_each_record_the_codecs(
     fields: list[tuple[str, str, int | None, str | None, int]], sid: str, now: int
 ) -> None:
-    """``wire.event_runs``: every event once, in order, in maximal runs of one tenant, each to its
-    tenant's topic with its header, each record what ``encode_event`` writes, keyed by its
+    """``wire.event_runs`` with batches off: every event once, in order, in maximal runs of one
+    tenant, each to its tenant's topic with its header, each record what ``encode_event`` writes, keyed by its
     schedule, each counted by (tenant, state). Runs mix states, attempts, reasons and versions:
     the run's writer encodes the fields they share once."""
     from scheduler.processor.model import Event
@@ -142,7 +142,7 @@ def test_a_batchs_events_go_out_in_tenant_runs_each_record_the_codecs(
     events = [Event(f"o{i}", f"{sid}{i}", t, version, 60 * i, state, reason, attempt)
               for i, (t, state, attempt, reason, version) in enumerate(fields)]
     counts: dict[tuple[str, str], int] = {("a", "SUCCEEDED"): 2}  # added to, not replaced
-    runs = list(event_runs(events, now, lambda t: (f"events.{t}", header), counts))
+    runs = list(event_runs(events, now, lambda t: (f"events.{t}", header, b""), counts))
     assert [topic for topic, _ in runs] == [f"events.{t}" for i, t in enumerate(tenants)
                                             if i == 0 or tenants[i - 1] != t]
     written = [m for _, run in runs for m in run]
@@ -151,6 +151,63 @@ def test_a_batchs_events_go_out_in_tenant_runs_each_record_the_codecs(
     expected = Counter((f[0], f[1]) for f in fields)
     expected[("a", "SUCCEEDED")] += 2
     assert counts == dict(expected)
+
+
+@exact
+@given(
+    fields=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),  # the tenant
+            st.sampled_from(["SUCCEEDED", "MISSED", "DEAD"]),  # the state
+            st.sampled_from([None, 1, 300]),  # the attempt
+            st.sampled_from([None, "stale", "ü" * 70]),  # the reason
+        ),
+        min_size=1, max_size=40,
+    ),
+    sid=text, now=st.integers(min_value=0, max_value=2**40),
+    batch_bytes=st.sampled_from([1, 150, 400, 10**6]),
+)
+def test_a_runs_events_go_out_as_batches_each_the_codecs(
+    fields: list[tuple[str, str, int | None, str | None]], sid: str, now: int, batch_bytes: int
+) -> None:
+    """``event_run`` with a batch header: each tenant run's events, in order, as ``OccurrenceEvents``
+    records (unkeyed) of at most ``batch_bytes`` of events, or one event when it alone is larger;
+    a run of one event as its keyed ``OccurrenceEvent`` record. The oracle is the codec's decoding
+    of each record and its encoding of each event."""
+    from scheduler.processor.model import Event
+    from scheduler.records import OccurrenceEvents, occurrence_events, record_type
+    from scheduler.records.codec import schema_header
+    from scheduler.records.report_scan import EVENTS_HEADER, STATE_INDEX, event_run
+
+    header = schema_header(OccurrenceEvent)
+    events = [Event(f"o{i}", f"{sid}{i}", t, 1, 60 * i, state, reason, attempt)
+              for i, (t, state, attempt, reason) in enumerate(fields)]
+    start, got, counts = 0, [], {}  # type: ignore[var-annotated]
+    while start < len(events):
+        run, end = event_run(STATE_INDEX, now * 1000, header, events, start, counts,  # type: ignore[arg-type]
+                             EVENTS_HEADER, batch_bytes)
+        assert {e.tenant for e in events[start:end]} == {events[start].tenant}
+        assert end == len(events) or events[end].tenant != events[start].tenant  # maximal
+        if end - start == 1:
+            alone = {"value": occurrence_events_record(events[start], now), "key": events[start][1].encode()}
+            assert run == [alone]
+        else:
+            for m in run:
+                assert "key" not in m and record_type(m["value"]) is OccurrenceEvents
+                n = len(occurrence_events(m["value"]))
+                assert n == 1 or len(m["value"]) - len(EVENTS_HEADER) - 2 <= batch_bytes
+        got += [e for m in run for e in occurrence_events(m["value"])]
+        start = end
+    assert [encode(e) for e in got] == [occurrence_events_record(ev, now) for ev in events]
+    assert counts == dict(Counter(f[1] for f in fields))
+
+
+def occurrence_events_record(ev: object, now: int) -> bytes:
+    """The codec's ``OccurrenceEvent`` record of a processor ``Event`` stamped ``now``."""
+    oid, sid, tenant, version, sf, state, reason, attempt = ev  # type: ignore[misc]
+    return encode(OccurrenceEvent(occurrence_id=oid, schedule_id=sid, tenant=tenant, version=version,
+                                  scheduled_for_ms=sf * 1000, state=state, attempt=attempt, reason=reason,
+                                  at_ms=now * 1000))
 
 
 @exact

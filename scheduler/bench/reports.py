@@ -40,10 +40,13 @@ _STAGES = ("scan_s", "apply_s", "write_s")
 
 
 class _CountingProducer:
-    """Takes what a checkpoint produces and counts it by topic (nothing leaves the process)."""
+    """Takes what a checkpoint produces and counts it by topic (nothing leaves the process); keeps
+    the values of ``kept`` (the events topic: counted in events once the run is measured)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: str = "") -> None:
         self.counts: dict[str, int] = {}
+        self.kept = kept
+        self.values: list[bytes] = []
 
     def begin_transaction(self) -> None:
         pass
@@ -55,6 +58,8 @@ class _CountingProducer:
 
     def produce_batch(self, topic: str, messages: Messages, partition: int = -1) -> int:
         self.counts[topic] = self.counts.get(topic, 0) + len(messages)
+        if topic == self.kept:
+            self.values += [m["value"] or b"" for m in messages]
         return len(messages)
 
     def poll(self, _timeout: float = 0) -> int:
@@ -72,6 +77,9 @@ def register(sub: Any) -> None:
                    help="reports per record: N > 1 sends them as AttemptReports records of N, as a worker "
                    "sends its fast handlers' final reports; default 1: a record each (pool handlers, "
                    "other languages' workers)")
+    p.add_argument("--single-events", action="store_true",
+                   help="write each occurrence event as its own record (the batch_events setting off), as "
+                   "before OccurrenceEvents; default: a run's events in one record")
     p.add_argument("--rounds", type=_rounds, default=3,
                    help="runs of the whole intake, each on a fresh shard; the figure is their median")
     p.add_argument("--json", dest="json_file", default="bench-out/reports.json")
@@ -130,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import Message, TopicPartition
 
     from scheduler.bench.common import report, speed_probe_us
+    from scheduler.history.readers import events_fields
     from scheduler.processor.checkpoint import Checkpoints
     from scheduler.processor.heap import Heap
     from scheduler.processor.inbox import Inbox
@@ -145,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     n = args.reports
     due = 1_800_000_000 - (1_800_000_000 % 3600)
     now = due + 1
-    settings = load_settings(env={})
+    settings = load_settings(env={}).replace(batch_events=not args.single_events)
     checkpoints = Checkpoints(settings, 1)
     topic = topic_name(settings, "commands", _TENANT)
     probe_before = speed_probe_us()
@@ -160,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         # as the runtime takes them: at most POLL_BATCH records a poll, one take_all each
         polls = [msgs[i:i + POLL_BATCH] for i in range(0, len(msgs), POLL_BATCH)]
         raw_polls = [raws[i:i + POLL_BATCH] for i in range(0, len(raws), POLL_BATCH)]
-        producer = _CountingProducer()
+        producer = _CountingProducer(checkpoints.topics.of("occurrence-events", _TENANT))
         owned = OwnedShard(shard=shard, producer=producer,  # type: ignore[arg-type]
                            partition=TopicPartition(topic, 0))
         cp = checkpoints.open(owned, msgs, float(now), lambda _name: None)  # type: ignore[arg-type]
@@ -221,7 +230,9 @@ def _run(args: argparse.Namespace) -> int:
         "applied": min(applied),
         "ignored": max(ignored),
         "succeeded_events": min(done),
-        "events_produced": min(w["producer"].counts.get(events_topic, 0) for w in wholes),
+        "events_produced": min(sum(len(events_fields(v)) for v in w["producer"].values) for w in wholes),
+        "event_records": min(w["producer"].counts.get(events_topic, 0) for w in wholes),
+        "single_events": not settings.batch_events,
         "cpu_us_per_report": median,
         "cpu_us_per_report_rounds": [round(x, 3) for x in per_report],
         "scan_cpu_us_per_report": 1e6 * staged["scan_s"] / max(1, sent),

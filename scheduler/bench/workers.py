@@ -99,6 +99,9 @@ def register(sub: Any) -> None:
     p.add_argument("--single-reports", action="store_true",
                    help="the workers send each final report as its own record (ksched worker "
                         "--single-reports), as before AttemptReports; default: a batch's as one record")
+    p.add_argument("--single-events", action="store_true",
+                   help="the processor writes each occurrence event as its own record (the setting "
+                        "batch_events off), as before OccurrenceEvents; default: a run's as one record")
     p.add_argument("--png", default=None, help="plot file (default: next to the JSON)")
     p.add_argument("--json", dest="json_file", default="bench-out/workers.json")
     p.set_defaults(handler=_run)
@@ -301,6 +304,7 @@ def _run(args: argparse.Namespace) -> int:
         "concurrency_per_worker": args.concurrency,
         "worker_nice": args.worker_nice,
         "single_reports": args.single_reports,
+        "single_events": args.single_events,
         **held,
     }
     if n2:
@@ -338,6 +342,7 @@ def _env(args: argparse.Namespace, base: dict[str, str], tmp: Path, db: Path) ->
         **base,
         # --held: the stopped processor keeps its shards (no rebalance, no restore in the figure)
         **({"KSCHED_PROCESSOR_SESSION_TIMEOUT_MS": "300000"} if args.held else {}),
+        **({"KSCHED_BATCH_EVENTS": "false"} if args.single_events else {}),
         "KSCHED_BENCH_DB": str(db),
         "KSCHED_BENCH_DIR": str(tmp),
         "KSCHED_BENCH_STORE": args.store,

@@ -22,8 +22,10 @@ from scheduler.records import (
     AttemptReports,
     Occurrence,
     OccurrenceEvent,
+    OccurrenceEvents,
     RecordDecodeError,
     decode,
+    occurrence_events,
     record_type,
 )
 from scheduler.settings import Settings
@@ -119,15 +121,18 @@ class LiveView:
             elif kind is AttemptReports:
                 for r in decode(value, AttemptReports).reports:
                     self._report(r)
-            elif kind is OccurrenceEvent:
-                e = decode(value, OccurrenceEvent)
-                if e.tenant not in self.tenants or e.state == "SUCCEEDED":
-                    return
-                row = self._row(e.occurrence_id, e.tenant, e.schedule_id, e.scheduled_for_ms)
-                row.state, row.note = e.state, (e.reason or "")[:40]
-                self.totals[e.state] += 1
+            elif kind is OccurrenceEvent or kind is OccurrenceEvents:
+                for e in occurrence_events(value):
+                    self._event(e)
         except RecordDecodeError:
             self.totals["undecodable"] += 1
+
+    def _event(self, e: OccurrenceEvent) -> None:
+        if e.tenant not in self.tenants or e.state == "SUCCEEDED":
+            return
+        row = self._row(e.occurrence_id, e.tenant, e.schedule_id, e.scheduled_for_ms)
+        row.state, row.note = e.state, (e.reason or "")[:40]
+        self.totals[e.state] += 1
 
     def worker_lag(self, tenant: str) -> int:
         """Records of the tenant's dispatch topic not yet committed by its worker group."""

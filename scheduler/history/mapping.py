@@ -11,6 +11,7 @@ source             record                      rows
 dispatch.<t>       Occurrence                  occurrence: ENQUEUED (attempt), available_at,
                                                enqueued_at = the record's LogAppendTime
 occurrence-events  OccurrenceEvent             occurrence: the event's state (attempt, reason)
+                   OccurrenceEvents            the same for each of its events
 commands.<t>       AttemptReport               attempt row; occurrence: RUNNING (attempt)
                    AttemptReports              the same for each of its reports
                    ScheduleCommand             nothing (the accepted change is in history)
@@ -39,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scheduler.domain.ids import occurrence_id as expected_occurrence_id
-from scheduler.history.readers import dispatch_fields, event_fields
+from scheduler.history.readers import EventTuple, dispatch_fields, events_fields
 from scheduler.history.rows import (
     AttemptRow,
     ChangeRow,
@@ -209,7 +210,12 @@ def _add_dispatch(batch: Batch, tenant: str, value: bytes, ts: int) -> str | Non
 
 
 def _add_event(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None:
-    oid, sid, rec_tenant, version, sf, state, attempt, reason, at = event_fields(value)
+    return _each(batch, [_add_one_event(batch, tenant, f) for f in events_fields(value)])
+
+
+def _add_one_event(batch: Batch, tenant: str, f: EventTuple) -> str | None:
+    """Map one event's fields (an ``OccurrenceEvent``, alone or in an ``OccurrenceEvents``)."""
+    oid, sid, rec_tenant, version, sf, state, attempt, reason, at = f
     problem = _checked(tenant, rec_tenant, oid, sid, version, sf, batch.verify_ids)
     if problem is None:
         batch.put_occurrence(OccurrenceRow(
@@ -222,8 +228,14 @@ def _add_command(batch: Batch, tenant: str, value: bytes, ts: int) -> str | None
     reports = report_fields(value)
     if reports is None:
         return None  # a ScheduleCommand: its accepted effect is on schedule-history
-    problems = [p for p in (_add_report(batch, tenant, d) for d in reports) if p is not None]
-    if len(problems) > 1:  # an AttemptReports record: every report but the first skipped counted too
+    return _each(batch, [_add_report(batch, tenant, d) for d in reports])
+
+
+def _each(batch: Batch, outcomes: list[str | None]) -> str | None:
+    """The first problem of a record's items (its reports or events, each mapped alone), the
+    others counted in ``batch.skipped`` here: the caller counts the one returned."""
+    problems = [p for p in outcomes if p is not None]
+    if len(problems) > 1:
         batch.skipped.update(problems[1:])
     return problems[0] if problems else None
 

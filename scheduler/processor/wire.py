@@ -137,22 +137,30 @@ def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
                                     _EVENT_HEADER if header is None else header, ev)
 
 
+# An OccurrenceEvents record is cut at this many bytes of events: well under the topics'
+# max.message.bytes (1 MB by default), as the workers' AttemptReports (scheduler/records/report.py).
+EVENT_BATCH_BYTES = 256 * 1024
+
+
 def event_runs(
-    events: list[Event], now: int, events_of: Callable[[str], tuple[str, bytes]],
+    events: list[Event], now: int, events_of: Callable[[str], tuple[str, bytes, bytes]],
     counts: dict[tuple[str, str], int],
 ) -> Iterator[tuple[str, Messages]]:
     """The records of ``events`` stamped ``now``, in order, in runs of one tenant (a batch's come
     in runs: its reports arrive on one topic per tenant): ``(topic, messages)`` for
-    ``produce_batch`` each, ``events_of(tenant)`` giving the tenant's events topic and header.
-    Each event is added to ``counts`` by (tenant, state). Each run's records and counts are
-    built by one compiled call, not a Python loop."""
+    ``produce_batch`` each. ``events_of(tenant)`` gives the tenant's events topic, the
+    ``OccurrenceEvent`` header, and the ``OccurrenceEvents`` header (empty: one record an event;
+    else a run's events go as batches of up to :data:`EVENT_BATCH_BYTES`, a lone event as its own
+    record). Each event is added to ``counts`` by (tenant, state). Each run's records and counts
+    are built by one compiled call, not a Python loop."""
     at_ms, i, n = now * 1000, 0, len(events)
     while i < n:
         tenant = events[i][2]
-        topic, header = events_of(tenant)
+        topic, header, batch_header = events_of(tenant)
         states: dict[str, int] = {}
         # an Event is an EventFields (a named tuple of its fields); a list is invariant
-        run, i = report_scan.event_run(report_scan.STATE_INDEX, at_ms, header, events, i, states)  # type: ignore[arg-type]
+        run, i = report_scan.event_run(report_scan.STATE_INDEX, at_ms, header, events, i, states,  # type: ignore[arg-type]
+                                       batch_header, EVENT_BATCH_BYTES)
         for state, k in states.items():
             counts[(tenant, state)] = counts.get((tenant, state), 0) + k
         yield topic, run

@@ -4,7 +4,8 @@ A replay of a million occurrences reads two million records: the reconciler read
 it accounts with — occurrence id, schedule id, tenant, version, ``scheduled_for`` and, for a
 dispatch record, the attempt (skipping ``available_at`` and ``enqueued_at``); for an event,
 the state and the attempt — straight from the current schema's Avro body, one function call
-per record. Any record that is not in the current layout's common shape (another writer
+per record. The events of an ``OccurrenceEvents`` record are read by the compiled reader of its
+whole body, a record at a time. Any record that is not in the current layout's common shape (another writer
 schema, a string of 64 bytes or more, a long attempt number) is read by the complete readers
 of :mod:`scheduler.history.readers`, which check the whole body. Field orders are theirs (checked
 at import there).
@@ -18,7 +19,7 @@ from scheduler.history.readers import (
     _OCC_HEADER,
     _long,
     dispatch_fields,
-    event_fields,
+    events_fields,
 )
 
 Head = tuple[str, str, str, int, int, int]  # oid, schedule id, tenant, version, scheduled_for_ms, attempt
@@ -43,28 +44,33 @@ def dispatch_head(v: bytes) -> Head:
     return f[0], f[1], f[2], f[3], f[4], f[6]
 
 
-def event_head(v: bytes) -> tuple[str, str, str, int, int, str, int]:
-    """(occurrence_id, schedule_id, tenant, version, scheduled_for_ms, state, attempt or 0) of an event."""
+EventHead = tuple[str, str, str, int, int, str, int]
+"""(occurrence_id, schedule_id, tenant, version, scheduled_for_ms, state, attempt or 0)."""
+
+
+def event_heads(v: bytes) -> list[EventHead]:
+    """The :data:`EventHead` of each event of an ``OccurrenceEvent`` or ``OccurrenceEvents``
+    record, in order."""
     if v[:10] == _EVENT_HEADER:
         head = _strings_and_version(v)
         if head is not None:
             oid, sid, ten, ver, p = head
             sf, p = _long(v, p)
             state, branch = v[p], v[p + 1]
-            if state < 0x80 and branch in (0, 2):
+            if state < 0x80 and not state & 1 and (state >> 1) < len(_EVENT_STATES) and branch in (0, 2):
                 attempt = 0
                 if branch == 2:
                     b = v[p + 2]
                     if b >= 0x80:
-                        return _event_slow(v)
+                        return _events_slow(v)
                     attempt = (b >> 1) ^ -(b & 1)
-                return oid, sid, ten, ver, sf, _EVENT_STATES[state >> 1], attempt
-    return _event_slow(v)
+                return [(oid, sid, ten, ver, sf, _EVENT_STATES[state >> 1], attempt)]
+    return _events_slow(v)
 
 
-def _event_slow(v: bytes) -> tuple[str, str, str, int, int, str, int]:
-    f = event_fields(v)
-    return f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+def _events_slow(v: bytes) -> list[EventHead]:
+    """Every event's head through the complete readers (a batch's events included)."""
+    return [f[:7] for f in events_fields(v)]
 
 
 def _strings_and_version(v: bytes) -> tuple[str, str, str, int, int] | None:

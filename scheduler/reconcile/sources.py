@@ -22,7 +22,7 @@ from scheduler.kafka.clients import consumer
 from scheduler.kafka.reader import all_partitions, read_to_end
 from scheduler.reconcile.account import Ledger, Progress
 from scheduler.reconcile.expect import DONE, Change
-from scheduler.reconcile.lean import dispatch_head, event_head
+from scheduler.reconcile.lean import dispatch_head, event_heads
 from scheduler.records import (
     RecordDecodeError,
     ScheduleHistoryEntry,
@@ -154,10 +154,10 @@ def read_records(settings: Settings, tenant: str, ledger: Ledger, progress: Prog
                 oid, sid, ten, ver, sf, att = dispatch_head(value)
                 if ten == tenant:
                     dispatch(oid, sid, ver, sf // 1000, att)
-            elif topic == events_t:
-                oid, sid, ten, ver, sf, state, att = event_head(value)
-                if ten == tenant:
-                    event(oid, sid, ver, sf // 1000, state, att)
+            elif topic == events_t:  # an event, or several in one record
+                for oid, sid, ten, ver, sf, state, att in event_heads(value):
+                    if ten == tenant:
+                        event(oid, sid, ver, sf // 1000, state, att)
             else:  # a command (None), or a report alone or several in one record
                 for d in report_fields(value) or ():
                     if d["tenant"] == tenant:

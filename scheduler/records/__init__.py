@@ -7,7 +7,8 @@
 ``decode_command_topic`` decodes a ``ksched.commands`` value into a
 :class:`ScheduleCommand`, an :class:`AttemptReport` or an :class:`AttemptReports`,
 told apart by the schema fingerprint; ``report_fields`` gives the reports of
-either report record as field dicts. The record classes are generated from the schemas
+either report record as field dicts, and ``occurrence_events`` the events of an
+``OccurrenceEvent`` or ``OccurrenceEvents`` record. The record classes are generated from the schemas
 (``python -m scheduler.records.generate``); schema evolution:
 ``python -m scheduler.records.compat``.
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         decode_command_topic,
         decode_fields,
         encode,
+        occurrence_events,
         record_type,
         report_fields,
         schema_header,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         LaneCursor,
         Occurrence,
         OccurrenceEvent,
+        OccurrenceEvents,
         QueuedOccurrence,
         QuotaDemand,
         Record,
@@ -60,8 +63,8 @@ if TYPE_CHECKING:
         VersionRecord,
     )
 
-_CODEC = ("current_schema", "decode", "decode_command_topic", "decode_fields", "encode", "record_type",
-          "report_fields", "schema_header")
+_CODEC = ("current_schema", "decode", "decode_command_topic", "decode_fields", "encode", "occurrence_events",
+          "record_type", "report_fields", "schema_header")
 _ERRORS = ("RecordDecodeError", "RecordEncodeError")
 
 __all__ = [
@@ -75,6 +78,7 @@ __all__ = [
     "LaneCursor",
     "Occurrence",
     "OccurrenceEvent",
+    "OccurrenceEvents",
     "QueuedOccurrence",
     "QuotaDemand",
     "Record",
@@ -96,6 +100,7 @@ __all__ = [
     "decode_command_topic",
     "decode_fields",
     "encode",
+    "occurrence_events",
     "record_type",
     "report_fields",
     "schema_header",

@@ -220,6 +220,20 @@ class OccurrenceEvent:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class OccurrenceEvents:
+    """Avro ``ksched.v1.OccurrenceEvents``: Several occurrence events in one record, on the tenant's
+    ksched.occurrence-events.<tenant>, unkeyed, produced to the partition of every event's schedule (the
+    shard's); a reader takes its events one by one, in order, exactly as the same events written as
+    OccurrenceEvent records one after another.
+    """
+
+    AVRO_NAME: ClassVar[str] = "ksched.v1.OccurrenceEvents"
+
+    # The events, in the order they were recorded; all of them of schedules on the record's partition.
+    events: tuple[OccurrenceEvent, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class QuotaDemand:
     """Avro ``ksched.v1.QuotaDemand``: One shard's demand per tenant on ksched.quota-demand (compacted, key
     'shard:<p>'), written by the shard's owner in its tick's transaction about once a second; every
@@ -643,16 +657,16 @@ class VersionRecord:
 
 
 Record = (
-    AttemptReport | AttemptReports | CommandResult | DlqEntry | Occurrence | OccurrenceEvent | QuotaDemand
-    | Schedule | ScheduleCommand | ScheduleHistoryEntry | ScheduleRuntime | ShardState | TenantRecord |
-    VersionRecord
+    AttemptReport | AttemptReports | CommandResult | DlqEntry | Occurrence | OccurrenceEvent |
+    OccurrenceEvents | QuotaDemand | Schedule | ScheduleCommand | ScheduleHistoryEntry | ScheduleRuntime |
+    ShardState | TenantRecord | VersionRecord
 )
 """Any top-level record (one that travels on its own, single-object encoded)."""
 
 TOP_LEVEL: tuple[type[Record], ...] = (
-    AttemptReport, AttemptReports, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, QuotaDemand,
-    Schedule, ScheduleCommand, ScheduleHistoryEntry, ScheduleRuntime, ShardState, TenantRecord,
-    VersionRecord,
+    AttemptReport, AttemptReports, CommandResult, DlqEntry, Occurrence, OccurrenceEvent, OccurrenceEvents,
+    QuotaDemand, Schedule, ScheduleCommand, ScheduleHistoryEntry, ScheduleRuntime, ShardState,
+    TenantRecord, VersionRecord,
 )
 NESTED: tuple[type[
     TenantDemand | RunningAttempt | RetryTimer | QueuedOccurrence | FinishedAttempt | ScheduleSpecRecord |

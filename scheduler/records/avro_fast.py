@@ -164,18 +164,26 @@ def scan_reports(header: bytes, kinds: tuple[str, ...], data: bytes) -> list[Sca
         return None
     out: list[ScannedReport] = []
     try:
-        count, pos = read_long(data, len(header))
+        count, pos = _block(data, len(header))
         while count != 0:
-            if count < 0:  # a block of -count items preceded by its size in bytes
-                count = -count
-                _, pos = read_long(data, pos)
             for _ in range(count):
                 report, pos = _report_body(kinds, data, pos)
                 out.append(report)
-            count, pos = read_long(data, pos)
+            count, pos = _block(data, pos)
     except (IndexError, ValueError):  # UnicodeDecodeError included
         return None
     return out if pos == len(data) else None
+
+
+def _block(data: bytes, pos: int) -> tuple[int, int]:
+    """The item count of the array block at ``data[pos:]`` (0: the array's end) and the offset of
+    its first item. A block of a negative count carries its size in bytes after the count, as the
+    Avro specification allows a writer to send it: the size is skipped, the count made positive."""
+    count, pos = read_long(data, pos)
+    if count < 0:
+        _, pos = read_long(data, pos)
+        count = -count
+    return count, pos
 
 
 def _report_body(kinds: tuple[str, ...], data: bytes, pos: int) -> tuple[ScannedReport, int]:
@@ -346,7 +354,30 @@ EventBody = tuple[str, str, str, int, int, int, "int | None", "str | None", int]
 def event_body(b: bytes) -> EventBody:
     """The fields of an ``OccurrenceEvent`` body that starts at offset 10 of ``b`` and ends with it
     (what :func:`event_value` writes)."""
-    oid, i = read_string(b, 10)
+    body, i = _event_item(b, 10)
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes where the body should end")
+    return body
+
+
+def event_bodies(b: bytes) -> list[EventBody]:
+    """The events of an ``OccurrenceEvents`` body that starts at offset 10 of ``b`` and ends with
+    it (an array of ``OccurrenceEvent`` bodies: what :func:`event_run` writes), in order."""
+    out: list[EventBody] = []
+    count, i = _block(b, 10)
+    while count != 0:
+        for _ in range(count):
+            body, i = _event_item(b, i)
+            out.append(body)
+        count, i = _block(b, i)
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes where the body should end")
+    return out
+
+
+def _event_item(b: bytes, i: int) -> tuple[EventBody, int]:
+    """An ``OccurrenceEvent`` body at ``b[i:]`` and the offset after it (the state as its index)."""
+    oid, i = read_string(b, i)
     sid, i = read_string(b, i)
     tenant, i = read_string(b, i)
     version, i = read_long(b, i)
@@ -355,9 +386,7 @@ def event_body(b: bytes) -> EventBody:
     attempt, i = _opt_long(b, i)
     reason, i = _opt_string(b, i)
     at, i = read_long(b, i)
-    if i != len(b):
-        raise ValueError(f"{len(b) - i} bytes where the body should end")
-    return oid, sid, tenant, version, scheduled_for, state, attempt, reason, at
+    return (oid, sid, tenant, version, scheduled_for, state, attempt, reason, at), i
 
 
 def event_value(
@@ -411,11 +440,18 @@ def event_record(state_index: dict[str, int], at_ms: int, header: bytes, ev: Eve
 
 def event_run(
     state_index: dict[str, int], at_ms: int, header: bytes, events: list[EventFields], start: int,
-    counts: dict[str, int],
+    counts: dict[str, int], batch_header: bytes = b"", batch_bytes: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
-    """The run of ``events`` from ``start`` that share its event's tenant, as ``produce_batch``
-    takes them (``{"value": its event_record, "key": its schedule id, UTF-8}`` each, in order),
-    and the index after the run; each event of the run is added to ``counts`` by its state.
+    """The records of the run of ``events`` from ``start`` that share its event's tenant, as
+    ``produce_batch`` takes them, and the index after the run; each event of the run is added to
+    ``counts`` by its state.
+
+    ``batch_header`` empty: one ``OccurrenceEvent`` record an event (``{"value": its
+    event_record, "key": its schedule id, UTF-8}``). Else the run's events as ``OccurrenceEvents``
+    records (``{"value": ...}``, unkeyed), each ``batch_header`` then one array block of events
+    of at most ``batch_bytes`` (at least one event), save that a run of one event is that event's
+    keyed record: one record instead of one per event is what the processor, its producer's
+    thread and the broker then handle a report (docs/decisions.md, "Several events in one record").
 
     The loop is compiled: a Python loop building these dicts cost the processor's main thread a
     seventh of a held backlog's time, and a ``collections.Counter`` over the events after it
@@ -425,10 +461,13 @@ def event_run(
     tenant = events[start][2]
     tenant_field = avro_string(tenant)
     out: list[dict[str, Any]] = []
+    items: list[bytes] = []  # the bodies of the batch being filled
+    size = 0
     last_state: str | None = None
     last_attempt: int | None = None
     last_reason: str | None = None
     tail = b""
+    raw_sid = b""
     i, n = start, len(events)
     while i < n:
         ev = events[i]
@@ -439,11 +478,28 @@ def event_run(
             tail = _event_tail(state_index[state], attempt, reason, at_ms)
             last_state, last_attempt, last_reason = state, attempt, reason
         raw_sid = sid.encode()
-        value = _event_bytes(header, oid.encode(), raw_sid, tenant_field, version, scheduled_for * 1000, tail)
-        out.append({"value": value, "key": raw_sid})
+        value = _event_bytes(b"" if batch_header else header, oid.encode(), raw_sid, tenant_field, version,
+                             scheduled_for * 1000, tail)
+        if not batch_header:
+            out.append({"value": value, "key": raw_sid})
+        else:
+            if items and size + len(value) > batch_bytes:
+                out.append({"value": _events_record(batch_header, items)})
+                items, size = [], 0
+            items.append(value)  # a body: the batch's header is its record's
+            size += len(value)
         counts[state] = counts.get(state, 0) + 1
         i += 1
+    if len(items) == 1 and not out:  # a lone event: its own record, keyed, as without batches
+        out.append({"value": header + items[0], "key": raw_sid})
+    elif items:
+        out.append({"value": _events_record(batch_header, items)})
     return out, i
+
+
+def _events_record(header: bytes, bodies: list[bytes]) -> bytes:
+    """An ``OccurrenceEvents`` record: ``header``, then its array as one block of ``bodies``."""
+    return b"".join((header, avro_long(len(bodies)), b"".join(bodies), b"\x00"))
 
 
 def occurrence_ids(occurrence_id: str, schedule_id: str) -> bytes:

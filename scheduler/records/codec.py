@@ -38,7 +38,16 @@ from scheduler.records.schemas import (
     load_expanded,
     load_history,
 )
-from scheduler.records.types import NESTED, TOP_LEVEL, AttemptReport, AttemptReports, Record, ScheduleCommand
+from scheduler.records.types import (
+    NESTED,
+    TOP_LEVEL,
+    AttemptReport,
+    AttemptReports,
+    OccurrenceEvent,
+    OccurrenceEvents,
+    Record,
+    ScheduleCommand,
+)
 
 R = TypeVar("R", bound=Record)
 
@@ -260,6 +269,21 @@ class Codecs:
             return [_datum(data, r)]
         return list(_datum(data, r)["reports"])
 
+    def occurrence_events(self, data: bytes | bytearray | memoryview) -> list[OccurrenceEvent]:
+        """The events of a ``ksched.occurrence-events`` value: an :class:`OccurrenceEvent`'s one,
+        or each of an :class:`OccurrenceEvents` in order. Any other record is a
+        :class:`RecordDecodeError`: how every reader of the events topic takes both shapes."""
+        r = self._reader(data)
+        if r.cls is not OccurrenceEvent and r.cls is not OccurrenceEvents:
+            raise RecordDecodeError(
+                f"wrong record type: got {r.name}, expected OccurrenceEvent or OccurrenceEvents"
+            )
+        out = _body(data, r)
+        if isinstance(out, OccurrenceEvents):
+            return list(out.events)
+        assert isinstance(out, OccurrenceEvent)
+        return [out]
+
     def _command_topic_reader(self, data: bytes | bytearray | memoryview) -> _Reader:
         """The reader of ``data``'s header, which must name a record of the commands topic."""
         r = self._reader(data)
@@ -369,6 +393,7 @@ encode = _DEFAULT.encode
 decode = _DEFAULT.decode
 decode_command_topic = _DEFAULT.decode_command_topic
 report_fields = _DEFAULT.report_fields
+occurrence_events = _DEFAULT.occurrence_events
 decode_fields = _DEFAULT.decode_fields
 record_type = _DEFAULT.record_type
 schema_header = _DEFAULT.schema_header

@@ -40,8 +40,9 @@ OUTPUT = Path(__file__).with_name("_generated.py")
 PY_NAMES = {"ksched.v1.ScheduleSpec": "ScheduleSpecRecord"}  # the domain owns the name ScheduleSpec
 BASES = {"ksched.v1.ScheduleSpec": ("scheduler.records.spec_record", "SpecConversion")}
 # Records that travel on their own although another record contains them: an ``AttemptReport``
-# is a record of the commands topic, and an ``AttemptReports`` carries several.
-ALSO_ALONE = frozenset({"ksched.v1.AttemptReport"})
+# is a record of the commands topic, and an ``AttemptReports`` carries several; an ``OccurrenceEvent``
+# is a record of the events topic, and an ``OccurrenceEvents`` carries several.
+ALSO_ALONE = frozenset({"ksched.v1.AttemptReport", "ksched.v1.OccurrenceEvent"})
 _PY_PRIMITIVES = {
     "null": "None", "boolean": "bool", "int": "int", "long": "int", "float": "float", "double": "float",
     "bytes": "bytes", "string": "str",

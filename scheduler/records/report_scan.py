@@ -21,7 +21,7 @@ from typing import Any
 from scheduler.native import load
 from scheduler.records.avro_fast import EventFields, ScannedReport
 from scheduler.records.codec import checked_fields, current_schema
-from scheduler.records.types import AttemptReport, AttemptReports, OccurrenceEvent
+from scheduler.records.types import AttemptReport, AttemptReports, OccurrenceEvent, OccurrenceEvents
 
 _REPORT_FIELDS = (
     "occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "attempt", "token",
@@ -44,15 +44,22 @@ if checked_fields(AttemptReports, ("reports",), __name__)[0]["type"]["items"] !=
     raise RuntimeError(f"AttemptReports.reports no longer holds AttemptReport records: update {__name__}")
 _EVENT = checked_fields(OccurrenceEvent, _EVENT_FIELDS, __name__)
 STATE_INDEX = {s: i for i, s in enumerate(_EVENT[5]["type"]["symbols"])}
+EVENTS_HEADER = current_schema(OccurrenceEvents).header
+# event_run writes each item of a batch as an OccurrenceEvent body: the items must be that record
+if checked_fields(OccurrenceEvents, ("events",), __name__)[0]["type"]["items"] != current_schema(
+        OccurrenceEvent).expanded:  # pragma: no cover - guards a schema edit
+    raise RuntimeError(f"OccurrenceEvents.events no longer holds OccurrenceEvent records: update {__name__}")
 _fast = load("scheduler.records.avro_fast")  # compiled when built
 event_value: Callable[..., bytes] = _fast.event_value
 # (STATE_INDEX, at_ms, header, processor Event): one compiled call per event the processor writes.
 event_record: Callable[[dict[str, int], int, bytes, EventFields], bytes] = _fast.event_record
-# (STATE_INDEX, at_ms, header, events, start, counts): the records of one tenant's run of events
-# from ``start``, for produce_batch, and where the run ends; ``counts`` gains the run's states.
+# (STATE_INDEX, at_ms, header, events, start, counts, batch header or b"", batch bytes): the
+# records of one tenant's run of events from ``start``, for produce_batch (batches of them when a
+# batch header is given), and where the run ends; ``counts`` gains the run's states.
 _Run = tuple[list[dict[str, Any]], int]
 _ByState = dict[str, int]  # STATE_INDEX, and the run's counts
-event_run: Callable[[_ByState, int, bytes, list[EventFields], int, _ByState], _Run] = _fast.event_run
+_Events = list[EventFields]
+event_run: Callable[[_ByState, int, bytes, _Events, int, _ByState, bytes, int], _Run] = _fast.event_run
 
 
 # ``scan(raw)``: ``raw`` as a report of the current schema in the single-object framing (its
