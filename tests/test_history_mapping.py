@@ -162,3 +162,22 @@ def test_a_dead_letter_of_another_tenant_or_undecodable_is_skipped() -> None:
     b.add_dlq(T, None, 0, 3)
     assert not b.dlq and b.records == 3
     assert b.skipped == {"tenant mismatch": 1, "undecodable dlq": 1, "tombstone": 1}
+
+
+def test_an_events_batch_maps_each_event_as_if_alone_and_counts_each_bad_one() -> None:
+    """An ``OccurrenceEvents`` record (the processor's run of events): its events give the rows
+    their records alone give; each event naming another tenant is skipped and counted, the others
+    kept; a batch that does not decode is one undecodable record."""
+    from scheduler.records import OccurrenceEvent, OccurrenceEvents, decode
+
+    alone = [event(T, "s1", SF, "SUCCEEDED"), event(T, "s2", SF, "DEAD", reason="exhausted"),
+             event(T, "s3", SF, "MISSED", attempt=None)]
+    foreign = [event(T, "s4", SF, "DEAD", rec_tenant="bravo"), event(T, "s5", SF, "DEAD", rec_tenant="bravo")]
+    bodies = tuple(decode(r.value or b"", OccurrenceEvent) for r in alone + foreign)
+    batch = Rec(Source.EVENTS, T, encode(OccurrenceEvents(events=bodies)), SF + 100, "")
+    b, one = batch_of([batch]), batch_of(alone)
+    assert snapshot(b) == snapshot(one) and len(b.occurrences) == 3
+    assert b.skipped == {"tenant mismatch": 2} and b.records == 1
+    cut = Rec(Source.EVENTS, T, (batch.value or b"")[:-5], SF + 100, "")
+    b = batch_of([cut])
+    assert not b.occurrences and b.skipped == {"undecodable occurrence-events": 1}
