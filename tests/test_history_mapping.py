@@ -181,3 +181,21 @@ def test_an_events_batch_maps_each_event_as_if_alone_and_counts_each_bad_one() -
     cut = Rec(Source.EVENTS, T, (batch.value or b"")[:-5], SF + 100, "")
     b = batch_of([cut])
     assert not b.occurrences and b.skipped == {"undecodable occurrence-events": 1}
+
+
+def test_the_indexer_cuts_a_poll_into_batches_by_bytes_in_order() -> None:
+    """A poll of batched records is mapped as several batches, each at most the bytes given (a
+    record larger than that alone): a transaction's rows stay bounded with thousands per record."""
+    from scheduler.history.indexer import cut_by_bytes
+
+    class M:
+        def __init__(self, n: int) -> None:
+            self.v = b"x" * n
+
+        def value(self) -> bytes:
+            return self.v
+
+    msgs = [M(n) for n in (10, 20, 30, 100, 5, 5, 0, 60)]
+    runs = cut_by_bytes(msgs, 50)  # type: ignore[arg-type]
+    assert [[len(m.value()) for m in r] for r in runs] == [[10, 20], [30], [100], [5, 5, 0], [60]]
+    assert cut_by_bytes([], 50) == []

@@ -371,3 +371,25 @@ def test_a_ticks_events_and_completions_go_to_each_tenants_topics_in_order() -> 
     assert not [t for t, *_ in producer.records if t.startswith("ksched.versions.")]
     assert {p for *_, p in producer.records} == {0}
     cps.shutdown()
+
+
+def test_events_go_in_batches_unless_the_setting_is_off_or_the_framing_is_confluents() -> None:
+    """``Topics.events_of``: the ``OccurrenceEvents`` header by default; none (an event a record)
+    with ``batch_events`` off, or in Confluent framing, whose subject holds one record type."""
+    from scheduler.processor.checkpoint import Topics
+    from scheduler.records import OccurrenceEvent, OccurrenceEvents, schema_header
+
+    topic, header, batch = Topics(Settings()).events_of("a")
+    assert (topic, header, batch) == ("ksched.occurrence-events.a", schema_header(OccurrenceEvent),
+                                      schema_header(OccurrenceEvents))
+    assert Topics(Settings(batch_events=False)).events_of("a")[1:] == (schema_header(OccurrenceEvent), b"")
+
+    class Confluent:  # a registry's framer: every record type gets its id's header
+        confluent = True
+
+        def header(self, cls: type, topic: str) -> bytes:
+            return b"\x00\x00\x00\x00\x07" if cls is OccurrenceEvent else b"\x00\x00\x00\x00\x08"
+
+    topics = Topics(Settings())
+    topics.framer = Confluent()  # type: ignore[assignment]
+    assert topics.events_of("a")[1:] == (b"\x00\x00\x00\x00\x07", b"")

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from scheduler.history.readers import dispatch_fields, events_fields
 from scheduler.reconcile.lean import dispatch_head, event_heads
 from scheduler.records import Occurrence, OccurrenceEvent, OccurrenceEvents, encode
+from scheduler.records.report_scan import STATE_INDEX
 
 texts = st.text(min_size=0, max_size=80)
 longs = st.integers(-(2**62), 2**62)
@@ -29,7 +30,7 @@ def test_reconcile_lean_dispatch_head_matches_the_complete_reader(
 events = st.builds(
     OccurrenceEvent, occurrence_id=texts, schedule_id=texts, tenant=texts, version=longs,
     scheduled_for_ms=longs,
-    state=st.sampled_from(["ENQUEUED", "SUCCEEDED", "DEAD", "MISSED", "SKIPPED_OVERLAP", "RETRY_WAIT"]),
+    state=st.sampled_from(list(STATE_INDEX)),  # every symbol of OccurrenceState
     attempt=st.none() | st.integers(-(2**31), 2**31 - 1), reason=st.none() | texts, at_ms=longs,
 )
 
@@ -71,3 +72,19 @@ def test_a_state_out_of_the_enum_is_an_error_not_another_state() -> None:
             events_fields(forged)
         with pytest.raises(ValueError):
             event_heads(forged)
+        batch = encode(OccurrenceEvents(events=(e,)))  # header, count 1, the body, the array's end
+        assert batch[:11] + v[10:] + b"\x00" == batch
+        with pytest.raises(ValueError):  # the same event in a batch
+            events_fields(batch[:11] + forged[10:] + b"\x00")
+
+
+def test_trailing_bytes_after_an_event_are_an_error_for_both_readers() -> None:
+    e = OccurrenceEvent(occurrence_id="o", schedule_id="s", tenant="t", version=1, scheduled_for_ms=0,
+                        state="SUCCEEDED", attempt=1, reason=None, at_ms=0)  # type: ignore[arg-type]
+    import pytest
+
+    for junk in (b"\x00", b"junk"):
+        with pytest.raises(ValueError):
+            events_fields(encode(e) + junk)
+        with pytest.raises(ValueError):
+            event_heads(encode(e) + junk)

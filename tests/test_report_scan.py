@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import astuple
-from itertools import groupby
+from itertools import groupby, pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -197,6 +197,14 @@ def test_a_runs_events_go_out_as_batches_each_the_codecs(
                 n = len(occurrence_events(m["value"]))
                 assert n == 1 or len(m["value"]) - len(EVENTS_HEADER) - 2 <= batch_bytes
         got += [e for m in run for e in occurrence_events(m["value"])]
+        # each record as full as allowed: the next record's first event would not have fit
+        batches = [m["value"] for m in run if "key" not in m]
+        for this, after in pairwise(batches):
+            first_after = len(encode(occurrence_events(after)[0])) - 10  # its body
+            items = len(this) - len(EVENTS_HEADER) - len(avro_long(len(occurrence_events(this)))) - 1
+            assert items + first_after > batch_bytes
+        if batch_bytes == 10**6:
+            assert len(run) == 1  # a run's events in one record
         start = end
     assert [encode(e) for e in got] == [occurrence_events_record(ev, now) for ev in events]
     assert counts == dict(Counter(f[1] for f in fields))
@@ -231,6 +239,32 @@ def test_scan_batch_reads_blocks_with_a_negative_count_and_their_size(
                     avro_long(len(second)), bodies[1], b"\x00"))
     assert scan_batch(raw) == [astuple(r) for r in first + second]
     assert decode_command_topic(raw) == AttemptReports(reports=tuple(first + second))
+
+
+events = st.builds(
+    OccurrenceEvent, occurrence_id=text, schedule_id=text, tenant=text, version=longs, scheduled_for_ms=longs,
+    state=st.sampled_from(["SUCCEEDED", "DEAD", "CANCELED"]), attempt=st.none() | ints, reason=optional_text,
+    at_ms=longs,
+)
+
+
+@exact
+@given(st.lists(events, min_size=1, max_size=4), st.lists(events, min_size=1, max_size=4))
+def test_an_events_batch_is_read_in_blocks_with_a_negative_count_and_their_size(
+    first: list[OccurrenceEvent], second: list[OccurrenceEvent]
+) -> None:
+    """The compiled reader of an ``OccurrenceEvents`` record, as the codec reads it."""
+    from scheduler.history.readers import events_fields
+    from scheduler.records import OccurrenceEvents, occurrence_events
+    from scheduler.records.report_scan import EVENTS_HEADER
+
+    bodies = [b"".join(encode(e)[10:] for e in block) for block in (first, second)]
+    raw = b"".join((EVENTS_HEADER, avro_long(-len(first)), avro_long(len(bodies[0])), bodies[0],
+                    avro_long(len(second)), bodies[1], b"\x00"))
+    assert occurrence_events(raw) == first + second
+    assert [f[:5] for f in events_fields(raw)] == [
+        (e.occurrence_id, e.schedule_id, e.tenant, e.version, e.scheduled_for_ms) for e in first + second]
+    assert raw != encode(OccurrenceEvents(events=tuple(first + second)))  # not the writer's one block
 
 
 @exact

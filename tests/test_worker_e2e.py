@@ -35,7 +35,7 @@ from scheduler.worker import (
 
 pytestmark = pytest.mark.kafka
 
-TENANTS = ("wk-run", "wk-fail", "wk-bad", "wk-cancel", "wk-coop", "wk-gc")
+TENANTS = ("wk-run", "wk-fail", "wk-bad", "wk-cancel", "wk-coop", "wk-gc", "wk-parts")
 
 
 @pytest.fixture(scope="module")
@@ -262,4 +262,24 @@ def test_versions_topic_missing_is_a_config_error(cluster: Settings) -> None:
     ensure_tenants(cluster, ["wk-notopics"])  # its principal: the topics are what is missing
     w = Worker(cluster, tenant="wk-notopics", handlers={})
     with pytest.raises(TopicMissingError, match="ksched tenants add wk-notopics"):
+        w.run()
+
+
+def test_a_commands_topic_with_another_partition_count_is_a_config_error(cluster: Settings) -> None:
+    """A worker sends a dispatch partition's reports to the commands partition of the same number:
+    with another count there it would send them to another shard. It refuses to start, naming
+    both counts and the fix, before consuming anything."""
+    from confluent_kafka.admin import NewPartitions
+
+    from scheduler.kafka.admin import admin_client
+    from scheduler.worker import Worker, WorkerConfigError
+
+    commands = topic_name(cluster, "commands", "wk-parts")
+    grown = cluster.partitions + 1
+    for f in admin_client(cluster.kafka()).create_partitions([NewPartitions(commands, grown)]).values():
+        f.result(timeout=30)
+    w = Worker(cluster, tenant="wk-parts", handlers={})
+    dispatch = topic_name(cluster, "dispatch", "wk-parts")
+    with pytest.raises(WorkerConfigError, match=rf"{dispatch} has {cluster.partitions} partitions and "
+                                                rf"{commands} {grown}.*ksched repartition"):
         w.run()

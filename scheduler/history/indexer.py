@@ -5,15 +5,17 @@ partitions), subscribed to ``<ns>.schedule-history``, ``<ns>.schedules`` and the
 tenant's dispatch, occurrence-events, commands and dlq topics, so a new tenant's topics are picked up
 live (librdkafka re-matches the regex at each metadata refresh, every
 ``topic.metadata.refresh.interval.ms``, 5 s here). ``read_committed``; cooperative rebalancing,
-so a new tenant's partitions do not stop the others. Fetches take at most 64 KiB per partition, so
-in a replay one batch holds the same stretch of an occurrence's dispatch, events and reports
-partitions, and its records merge into one row write instead of one each.
+so a new tenant's partitions do not stop the others. Fetches take at most 64 KiB per partition (a
+larger record comes whole), so in a replay one batch holds the same stretch of an occurrence's
+dispatch, events and reports partitions, and its records merge into one row write instead of one each.
 
 The loop, step by step:
 
 1. consume up to ``max_batch`` records (waiting at most ``max_wait_s``);
-2. map them into one :class:`~scheduler.history.mapping.Batch` (pure; bad records are skipped
-   and counted, never raised);
+2. map them into :class:`~scheduler.history.mapping.Batch` es of at most ``MAX_BATCH_BYTES`` of
+   record values each (pure; bad records are skipped and counted, never raised): an
+   ``OccurrenceEvents`` or ``AttemptReports`` record holds thousands of rows, so a count of
+   records alone no longer bounds a database transaction;
 3. :meth:`HistoryStore.apply`: the rows and the next offset of every partition read, in ONE
    database transaction -- on the :class:`~scheduler.history.writer.BatchWriter`'s thread, while
    this one consumes and maps the next batch (a rebalance first waits for the writer);
@@ -31,6 +33,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
@@ -44,6 +47,10 @@ from scheduler.principals import as_history
 from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# A batch's record values, at most (one record more when a single one is larger): about what
+# 16,000 records of one row each made, so a transaction stays ~16,000 rows with batched records.
+MAX_BATCH_BYTES = 2_400_000
 
 METADATA_REFRESH_MS = 5_000
 
@@ -135,12 +142,18 @@ class Indexer:
         return self.stats
 
     def _submit(self, msgs: list[Message]) -> None:
-        """Steps 2-3: map ``msgs`` into a batch and hand it to the writer (which applies it)."""
+        """Steps 2-3: map ``msgs`` into batches of at most ``MAX_BATCH_BYTES`` and hand each to the
+        writer (which applies them in order)."""
         if not self.stats.first_batch_at:
             self.stats.first_batch_at = time.monotonic()
-        batch, offsets = self._map(msgs, verify_ids=False)
-        if offsets:
-            self.writer.submit(Job(batch, offsets, lambda: self._map(msgs, verify_ids=True)[0]))
+        for part in cut_by_bytes(msgs, MAX_BATCH_BYTES):
+            batch, offsets = self._map(part, verify_ids=False)
+            if offsets:
+                self.writer.submit(Job(batch, offsets, partial(self._verified, part)))
+
+    def _verified(self, msgs: list[Message]) -> Batch:
+        """``msgs`` mapped again with every id checked (the writer's rebuild of a refused batch)."""
+        return self._map(msgs, verify_ids=True)[0]
 
     def _commit_to_kafka(self) -> None:
         """Step 4, for monitoring only (lag): the offsets of the last committed batch, if new."""
@@ -266,3 +279,21 @@ def replay(
     stats = Indexer(settings, store, group=group, max_batch=max_batch).run(until_end=True)
     log.info("history: replayed %d records in %.1f s", stats.records, time.monotonic() - started)
     return stats
+
+
+def cut_by_bytes(msgs: list[Message], max_bytes: int) -> list[list[Message]]:
+    """``msgs`` in order, as consecutive runs of at most ``max_bytes`` of values each (a run of one
+    when that one is larger)."""
+    runs: list[list[Message]] = []
+    run: list[Message] = []
+    size = 0
+    for m in msgs:
+        n = len(m.value() or b"")
+        if run and size + n > max_bytes:
+            runs.append(run)
+            run, size = [], 0
+        run.append(m)
+        size += n
+    if run:
+        runs.append(run)
+    return runs

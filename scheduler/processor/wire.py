@@ -138,7 +138,7 @@ def encode_event(ev: Event, now: int, header: bytes | None = None) -> bytes:
 
 
 # An OccurrenceEvents record is cut at this many bytes of events: well under the topics'
-# max.message.bytes (1 MB by default), as the workers' AttemptReports (scheduler/records/report.py).
+# max.message.bytes (1 MB by default), as the workers' AttemptReports (worker/reports.py).
 EVENT_BATCH_BYTES = 256 * 1024
 
 

@@ -4,8 +4,9 @@ A replay of a million occurrences reads two million records: the reconciler read
 it accounts with — occurrence id, schedule id, tenant, version, ``scheduled_for`` and, for a
 dispatch record, the attempt (skipping ``available_at`` and ``enqueued_at``); for an event,
 the state and the attempt — straight from the current schema's Avro body, one function call
-per record. The events of an ``OccurrenceEvents`` record are read by the compiled reader of its
-whole body, a record at a time. Any record that is not in the current layout's common shape (another writer
+per record, for an event without a reason (the common SUCCEEDED) whose body ends where it should.
+The events of an ``OccurrenceEvents`` record are read by the compiled reader of its whole body,
+a record at a time. Any record that is not in the current layout's common shape (another writer
 schema, a string of 64 bytes or more, a long attempt number) is read by the complete readers
 of :mod:`scheduler.history.readers`, which check the whole body. Field orders are theirs (checked
 at import there).
@@ -58,13 +59,14 @@ def event_heads(v: bytes) -> list[EventHead]:
             sf, p = _long(v, p)
             state, branch = v[p], v[p + 1]
             if state < 0x80 and not state & 1 and (state >> 1) < len(_EVENT_STATES) and branch in (0, 2):
-                attempt = 0
+                attempt, p = 0, p + 2
                 if branch == 2:
-                    b = v[p + 2]
+                    b = v[p]
                     if b >= 0x80:
                         return _events_slow(v)
-                    attempt = (b >> 1) ^ -(b & 1)
-                return [(oid, sid, ten, ver, sf, _EVENT_STATES[state >> 1], attempt)]
+                    attempt, p = (b >> 1) ^ -(b & 1), p + 1
+                if v[p] == 0 and _long(v, p + 1)[1] == len(v):  # no reason, and at_ms ends the body
+                    return [(oid, sid, ten, ver, sf, _EVENT_STATES[state >> 1], attempt)]
     return _events_slow(v)
 
 

@@ -194,7 +194,8 @@ class Occurrence:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OccurrenceEvent:
     """Avro ``ksched.v1.OccurrenceEvent``: A state transition of an occurrence, on the tenant's
-    ksched.occurrence-events.<tenant> (keyed by schedule_id).
+    ksched.occurrence-events.<tenant>: alone, keyed by schedule_id, or one of an OccurrenceEvents
+    record's.
     """
 
     AVRO_NAME: ClassVar[str] = "ksched.v1.OccurrenceEvent"

@@ -247,8 +247,7 @@ class Worker:
         )
         cons = Consumer(cfg)
         try:
-            partitions_of(cons, self.topic, self.tenant)
-            partitions_of(cons, reporter.topic, self.tenant)  # where the reports go
+            _same_partition_count(cons, self.topic, reporter.topic, self.tenant)
         except WorkerConfigError:
             cons.close()
             raise
@@ -289,3 +288,18 @@ class Worker:
             log.warning("worker %s: %d handlers still running after the grace: their offsets stay "
                         "uncommitted and will be redelivered", self.worker_id, abandoned)
         log.info("worker %s stopped", self.worker_id)
+
+
+def _same_partition_count(cons: Consumer, dispatch: str, commands: str, tenant: str) -> None:
+    """Both topics exist with as many partitions: a report goes to the partition number of the
+    dispatch partition its occurrence came from (an ``AttemptReports`` record, unkeyed, holds a
+    partition's reports; docs/contract.md §7), which is its schedule's commands partition only
+    when the counts agree. Raises :class:`WorkerConfigError` naming the fix otherwise."""
+    got = len(partitions_of(cons, dispatch, tenant)), len(partitions_of(cons, commands, tenant))
+    if got[0] != got[1]:
+        raise WorkerConfigError(
+            f"topic {dispatch} has {got[0]} partitions and {commands} {got[1]}: a schedule's reports "
+            "must reach the commands partition of its dispatch partition's number; give both the "
+            "same count (`ksched topics apply` creates them with the setting partitions; to change "
+            "it, `ksched repartition` moves the namespace: docs/operations.md)"
+        )
