@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import astuple
+from functools import partial
 from itertools import groupby, pairwise
 
 from hypothesis import given, settings
@@ -228,17 +229,12 @@ def test_scan_batch_reads_what_the_codec_reads(reps: list[AttemptReport]) -> Non
     assert scan(raw) is None  # another header: the inbox tries the batch only after the report
 
 
-@exact
-@given(st.lists(reports, min_size=1, max_size=4), st.lists(reports, min_size=1, max_size=4))
-def test_scan_batch_reads_blocks_with_a_negative_count_and_their_size(
-    first: list[AttemptReport], second: list[AttemptReport]
-) -> None:
-    """The Avro specification lets a writer send a block as -count and its size in bytes."""
-    bodies = [b"".join(encode(r)[10:] for r in block) for block in (first, second)]
-    raw = b"".join((REPORTS_HEADER, avro_long(-len(first)), avro_long(len(bodies[0])), bodies[0],
-                    avro_long(len(second)), bodies[1], b"\x00"))
-    assert scan_batch(raw) == [astuple(r) for r in first + second]
-    assert decode_command_topic(raw) == AttemptReports(reports=tuple(first + second))
+def two_blocks(header: bytes, first: list[bytes], second: list[bytes]) -> bytes:
+    """``header``, then an array of the bodies of single-object records ``first`` as one block of
+    -count and its size in bytes, and ``second`` as a plain block."""
+    a, b = b"".join(r[10:] for r in first), b"".join(r[10:] for r in second)
+    return b"".join((header, avro_long(-len(first)), avro_long(len(a)), a,
+                     avro_long(len(second)), b, b"\x00"))
 
 
 events = st.builds(
@@ -246,25 +242,28 @@ events = st.builds(
     state=st.sampled_from(["SUCCEEDED", "DEAD", "CANCELED"]), attempt=st.none() | ints, reason=optional_text,
     at_ms=longs,
 )
+some = partial(st.lists, min_size=1, max_size=4)
 
 
 @exact
-@given(st.lists(events, min_size=1, max_size=4), st.lists(events, min_size=1, max_size=4))
-def test_an_events_batch_is_read_in_blocks_with_a_negative_count_and_their_size(
-    first: list[OccurrenceEvent], second: list[OccurrenceEvent]
+@given(some(reports), some(reports), some(events), some(events))
+def test_batches_are_read_in_blocks_with_a_negative_count_and_their_size(
+    r1: list[AttemptReport], r2: list[AttemptReport], e1: list[OccurrenceEvent], e2: list[OccurrenceEvent]
 ) -> None:
-    """The compiled reader of an ``OccurrenceEvents`` record, as the codec reads it."""
+    """The Avro specification lets a writer send a block as -count and its size in bytes: the
+    compiled readers of ``AttemptReports`` and ``OccurrenceEvents`` read it as the codec does."""
     from scheduler.history.readers import events_fields
     from scheduler.records import OccurrenceEvents, occurrence_events
     from scheduler.records.report_scan import EVENTS_HEADER
 
-    bodies = [b"".join(encode(e)[10:] for e in block) for block in (first, second)]
-    raw = b"".join((EVENTS_HEADER, avro_long(-len(first)), avro_long(len(bodies[0])), bodies[0],
-                    avro_long(len(second)), bodies[1], b"\x00"))
-    assert occurrence_events(raw) == first + second
+    raw = two_blocks(REPORTS_HEADER, [encode(r) for r in r1], [encode(r) for r in r2])
+    assert scan_batch(raw) == [astuple(r) for r in r1 + r2]
+    assert decode_command_topic(raw) == AttemptReports(reports=tuple(r1 + r2))
+    raw = two_blocks(EVENTS_HEADER, [encode(e) for e in e1], [encode(e) for e in e2])
+    assert occurrence_events(raw) == e1 + e2
     assert [f[:5] for f in events_fields(raw)] == [
-        (e.occurrence_id, e.schedule_id, e.tenant, e.version, e.scheduled_for_ms) for e in first + second]
-    assert raw != encode(OccurrenceEvents(events=tuple(first + second)))  # not the writer's one block
+        (e.occurrence_id, e.schedule_id, e.tenant, e.version, e.scheduled_for_ms) for e in e1 + e2]
+    assert raw != encode(OccurrenceEvents(events=tuple(e1 + e2)))  # not the writer's one block
 
 
 @exact
