@@ -276,7 +276,8 @@ def test_a_commands_topic_with_another_partition_count_is_a_config_error(cluster
 
     commands = topic_name(cluster, "commands", "wk-parts")
     grown = cluster.partitions + 1
-    for f in admin_client(cluster.kafka()).create_partitions([NewPartitions(commands, grown)]).values():
+    admin = admin_client(cluster.kafka())  # held: a collected client cancels its futures
+    for f in admin.create_partitions([NewPartitions(commands, grown)]).values():
         f.result(timeout=30)
     w = Worker(cluster, tenant="wk-parts", handlers={})
     dispatch = topic_name(cluster, "dispatch", "wk-parts")
