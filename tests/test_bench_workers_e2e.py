@@ -77,6 +77,8 @@ def test_bench_workers_held_times_the_processor_applying_queued_reports(
     assert 0 < r["held_records_applied"] == r["held_records_queued"] < 300
     assert 0 < r["held_pause_s"] < 25  # well within the processor's 30 s transaction timeout
     assert r["held_reports_per_s"] > 0 and r["held_processor_cpu_us_per_report"] > 0
+    assert 0 <= r["held_first_move_s"] <= r["held_apply_s"]  # 300 reports: often one move, no steady rate
+    assert r["held_steady_reports_per_s"] is None or r["held_steady_reports_per_s"] > 0
     bad = [sys.executable, "-m", "scheduler", "bench", "workers", "--held", "--json", str(tmp_path / "x")]
     refused = subprocess.run(bad, env=os.environ.copy(), capture_output=True, timeout=120)
     assert refused.returncode != 0 and b"give --drain too" in refused.stderr
