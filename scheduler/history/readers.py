@@ -16,12 +16,12 @@ from scheduler.native import load
 from scheduler.records import (
     Occurrence,
     OccurrenceEvent,
-    OccurrenceEvents,
     current_schema,
     decode_fields,
     occurrence_events,
 )
 from scheduler.records.avro_fast import EventBody, OccurrenceBody
+from scheduler.records.report_scan import EVENTS_HEADER  # its items checked there: OccurrenceEvent bodies
 
 _OCC_SCHEMA = current_schema(Occurrence)
 _OCC_HEADER = _OCC_SCHEMA.header
@@ -31,7 +31,6 @@ if tuple(f["name"] for f in _OCC_SCHEMA.expanded["fields"]) != _OCC_FIELDS:  # p
     raise RuntimeError("Occurrence fields changed: update scheduler/history/readers.py")
 _EVENT_SCHEMA = current_schema(OccurrenceEvent)
 _EVENT_HEADER = _EVENT_SCHEMA.header
-_EVENTS_HEADER = current_schema(OccurrenceEvents).header  # its items are OccurrenceEvent bodies (report_scan)
 _EVENT_FIELDS = ("occurrence_id", "schedule_id", "tenant", "version", "scheduled_for_ms", "state", "attempt",
                  "reason", "at_ms")
 if tuple(f["name"] for f in _EVENT_SCHEMA.expanded["fields"]) != _EVENT_FIELDS:  # pragma: no cover
@@ -40,7 +39,6 @@ _EVENT_STATES: tuple[str, ...] = tuple(
     next(f["type"]["symbols"] for f in _EVENT_SCHEMA.expanded["fields"] if f["name"] == "state")
 )
 _avro = load("scheduler.records.avro_fast")  # the compiled varint and string readers, when built
-_long: Callable[[bytes, int], tuple[int, int]] = _avro.read_long
 _occurrence_body: Callable[[bytes], OccurrenceBody] = _avro.occurrence_body
 _event_body: Callable[[bytes], EventBody] = _avro.event_body
 _event_bodies: Callable[[bytes], list[EventBody]] = _avro.event_bodies
@@ -64,7 +62,7 @@ def events_fields(value: bytes) -> list[EventTuple]:
     head = value[:10]
     if head == _EVENT_HEADER:
         return [_event_tuple(_event_body(value))]
-    if head == _EVENTS_HEADER:
+    if head == EVENTS_HEADER:
         return [_event_tuple(body) for body in _event_bodies(value)]
     return [(e.occurrence_id, e.schedule_id, e.tenant, e.version, e.scheduled_for_ms, str(e.state),
              e.attempt or 0, e.reason, e.at_ms)
