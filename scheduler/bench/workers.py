@@ -422,8 +422,9 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
     cpu_s = cpu_last - cpu0
     applied = (taken_last or 0) - taken0
     span = t_last - t0
-    steady = "" if first is None else (
-        f", {(taken_last or 0) - first[1]:,} of them in the {t_last - first[0]:.2f}s after the first commit")
+    # after the first move of the offsets: the reports taken and the seconds (None: no move)
+    after = None if first is None else ((taken_last or 0) - first[1], t_last - first[0])
+    steady = "" if after is None else f", {after[0]:,} of them in the {after[1]:.2f}s after the first commit"
     print(f"held: {applied:,} reports ({queued - last:,} of {queued:,} queued records) applied in "
           f"{span:.2f}s after SIGCONT{steady}")
     if last:
@@ -437,9 +438,7 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
         "held_apply_s": span,
         "held_reports_per_s": applied / span if span > 0 else None,
         "held_first_move_s": None if first is None else first[0] - t0,
-        "held_steady_reports_per_s": (
-            ((taken_last or 0) - first[1]) / (t_last - first[0]) if first and t_last > first[0] else None
-        ),
+        "held_steady_reports_per_s": after[0] / after[1] if after and after[1] > 0 else None,
         "held_processor_cpu_us_per_report": 1e6 * cpu_s / applied if applied else None,
     }
 
