@@ -1,4 +1,4 @@
-"""Compiled copies of a few pure hot-path modules (mypyc); the ``.py`` stays the source of truth.
+"""Compiled copies of a few pure hot-path modules (mypyc) and a few C modules; the Python stays the truth.
 
 A module listed in :data:`NATIVE` is self-contained (stdlib imports only) and fully typed, so
 mypyc compiles it unchanged. ``make install`` runs ``python -m scheduler.native build``, which
@@ -7,6 +7,12 @@ SHA-256. Callers take the module through :func:`load`, which returns the compile
 its stamp matches the source as it is now: an edited source is never shadowed by a stale build,
 and a machine without a compiler (or without mypyc: it ships with the ``dev`` extra's mypy) runs
 the same code interpreted. ``KSCHED_NATIVE=0`` forces the interpreted modules (to compare them).
+
+A module listed in :data:`NATIVE_C` is a C source (``<name>.c``) that serves a function whose
+Python copy stays the source of truth and the fallback: what hashlib-style C calls cost from Python
+when mypyc could not remove them. ``build`` compiles it with the C compiler Python was built with
+(``sysconfig``'s ``CC``), stamped the same way; :func:`load_c` returns it only when current, else None,
+and the caller keeps its Python copy. Each is tested equal to that copy.
 
 ``python -m scheduler.native check`` fails unless every listed module's compiled copy is current;
 the test suite runs it, so CI measures what production runs.
@@ -18,9 +24,11 @@ import hashlib
 import importlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +37,8 @@ log = logging.getLogger("ksched.native")
 
 # Each entry was proven hot by a profile; the ratio it bought is in docs/decisions.md.
 NATIVE: tuple[str, ...] = ("scheduler.records.avro_fast",)
+# C modules, by import name (the source is the same path with ``.c``); each proven hot the same way.
+NATIVE_C: tuple[str, ...] = ("scheduler.domain._ids_native",)
 
 
 def load(name: str) -> ModuleType:
@@ -47,10 +57,23 @@ def load(name: str) -> ModuleType:
     return native
 
 
+def load_c(name: str) -> ModuleType | None:
+    """C module ``name`` (listed in :data:`NATIVE_C`) when it is built from its current source, else
+    None: the caller then runs its Python copy."""
+    if os.environ.get("KSCHED_NATIVE", "1") == "0":
+        return None
+    state = status().get(name)
+    if state != "current":
+        log.log(logging.WARNING if state == "stale" else logging.INFO,
+                "%s: C module %s; its Python copy runs (make install builds it)", name, state)
+        return None
+    return importlib.import_module(name)
+
+
 def status() -> dict[str, str]:
-    """Per listed module: ``current``, ``stale`` or ``missing``."""
+    """Per listed module (mypyc and C): ``current``, ``stale`` or ``missing``."""
     out = {}
-    for name in NATIVE:
+    for name in (*NATIVE, *NATIVE_C):
         stamp = _stamp_path(name)
         if not stamp.exists() or not list(_source_path(name).parent.glob(f"{_leaf(name)}.*.so")):
             out[name] = "missing"
@@ -64,8 +87,28 @@ def build(force: bool = False) -> None:
     for name, state in status().items():
         if state == "current" and not force:
             continue
-        _compile(name)
+        (_compile_c if name in NATIVE_C else _compile)(name)
         print(f"native: compiled {name}")
+
+
+def _compile_c(name: str) -> None:
+    """Build C module ``name`` with Python's own compiler, into a temporary file first: a process
+    importing it meanwhile sees the old build or the new one, never half of one."""
+    src = _source_path(name)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    out = src.parent / f"{_leaf(name)}{suffix}"
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    with tempfile.TemporaryDirectory(prefix="ksched-native-") as tmp:
+        built = Path(tmp) / out.name
+        cmd = [*cc, "-O3", "-fPIC", "-shared", "-Wall", "-I", sysconfig.get_paths()["include"], str(src),
+               "-o", str(built)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"native: the C compiler failed on {name} ({shlex.join(cmd)}):\n"
+                             f"{done.stdout}\n{done.stderr}")
+        shutil.copyfile(built, out.with_name(out.name + ".tmp"))
+        os.replace(out.with_name(out.name + ".tmp"), out)
+    _stamp_path(name).write_text(_source_hash(name) + "\n")
 
 
 def _compile(name: str) -> None:
@@ -94,12 +137,14 @@ def _native_name(name: str) -> str:
 
 
 def _leaf(name: str) -> str:
-    return f"_{name.rsplit('.', 1)[1]}_native"
+    """The compiled file's name: a C module's own, a mypyc copy's ``_<module>_native``."""
+    leaf = name.rsplit(".", 1)[1]
+    return leaf if name in NATIVE_C else f"_{leaf}_native"
 
 
 def _source_path(name: str) -> Path:
     root = Path(__file__).resolve().parent.parent
-    return root.joinpath(*name.split(".")).with_suffix(".py")
+    return root.joinpath(*name.split(".")).with_suffix(".c" if name in NATIVE_C else ".py")
 
 
 def _stamp_path(name: str) -> Path:

@@ -27,7 +27,8 @@ FAST = "scheduler.records.avro_fast"
 
 
 def test_every_listed_module_is_compiled_from_its_current_source() -> None:
-    assert native.status() == dict.fromkeys(native.NATIVE, "current"), "run `make install`"
+    every = (*native.NATIVE, *native.NATIVE_C)
+    assert native.status() == dict.fromkeys(every, "current"), "run `make install`"
     done = subprocess.run([sys.executable, "-m", "scheduler.native", "check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 
@@ -46,6 +47,15 @@ def test_a_stale_copy_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_ksched_native_0_runs_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KSCHED_NATIVE", "0")
     assert native.load("scheduler.records.avro_fast").__file__.endswith("avro_fast.py")  # type: ignore[union-attr]
+    assert native.load_c("scheduler.domain._ids_native") is None
+
+
+@pytest.mark.parametrize("name", native.NATIVE_C)
+def test_load_c_returns_the_module_only_when_current(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert native.load_c(name).__file__.endswith(".so")  # type: ignore[union-attr]
+    monkeypatch.setattr(native, "_source_hash", lambda name: "0" * 64)
+    assert native.status()[name] == "stale"
+    assert native.load_c(name) is None
 
 
 def _outcome(scan_body: Any, value: bytes) -> object:

@@ -31,7 +31,10 @@ from __future__ import annotations
 import datetime as _dt
 import secrets
 import struct
+from collections.abc import Callable
 from hashlib import blake2b
+
+from scheduler import native
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ONE_S = _dt.timedelta(seconds=1)
@@ -74,9 +77,8 @@ def occurrence_id(schedule_id: str, version: int, scheduled_for: _dt.datetime | 
     return occurrence_id_of(schedule_id, version, _epoch(scheduled_for))
 
 
-def occurrence_id_of(schedule_id: str, version: int, scheduled_for: int) -> str:
-    """:func:`occurrence_id` of arguments already of their types (a decoded report's: str, int,
-    epoch seconds): the processor checks it on every report, where the checks cost a fifth of it."""
+def _occurrence_id_of(schedule_id: str, version: int, scheduled_for: int) -> str:
+    """:func:`occurrence_id_of` in Python: the source of truth, and what runs without the C copy."""
     raw = schedule_id.encode("utf-8")
     n = len(raw)
     packer = _OCC_DATA.get(n)
@@ -87,6 +89,16 @@ def occurrence_id_of(schedule_id: str, version: int, scheduled_for: int) -> str:
     h = _OCC_HASH.copy()  # a copy of the keyed state costs less than parsing blake2b's parameters
     h.update(packer.pack(n, raw, version, scheduled_for))  # the data in one pack, not three joined
     return h.hexdigest()
+
+
+_ids_c = native.load_c("scheduler.domain._ids_native")
+occurrence_id_of: Callable[[str, int, int], str] = (
+    _occurrence_id_of if _ids_c is None else _ids_c.occurrence_id_of
+)
+"""``occurrence_id(schedule_id, version, scheduled_for)`` of arguments already of their types (a
+decoded report's: str, int, epoch seconds): the processor checks it on every report, where the
+checks cost a fifth of it. The C copy (``_ids_native.c``, 0.38 against 0.57 µs a call) when built,
+else :func:`_occurrence_id_of`; both raise ``struct.error`` for an int outside 64 bits."""
 
 
 def jitter_within_s(occurrence_id: str, window_s: int) -> int:

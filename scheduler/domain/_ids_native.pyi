@@ -1,0 +1,3 @@
+"""The C module ``_ids_native.c`` (built by ``python -m scheduler.native build``)."""
+
+def occurrence_id_of(schedule_id: str, version: int, scheduled_for: int, /) -> str: ...
