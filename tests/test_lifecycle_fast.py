@@ -1,16 +1,25 @@
 """``lifecycle.succeeded_intake`` against ``lifecycle.apply``, its oracle: on generated sequences of
 attempt reports (right and wrong tenants, schedules, versions, instants, attempts, ids and kinds;
 tracked, finished and overlap-held occurrences), a shard fed through the fast intake (falling
-back to ``apply``, as the inbox does) ends with the same events, the same ignored reports and the
-same attempt state as a twin shard fed through ``apply`` alone."""
+back to ``apply`` for each report it leaves, as the inbox does) ends with the same events, the
+same ignored reports and the same attempt state as a twin shard fed through ``apply`` alone;
+with the intake compiled (``scheduler.native``) and interpreted."""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import groupby
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.domain import ScheduleSpec, occurrence_id
+from scheduler.processor import lifecycle
+from scheduler.processor.intake import SucceededIntake
 from scheduler.processor.lifecycle import apply, succeeded_intake
 from scheduler.processor.model import Event
 from scheduler.processor.shard import Shard
@@ -97,6 +106,22 @@ def _general(s: Shard, fields: ScannedReport, tenant: str, events: list[Event]) 
                  error_class, message, NOW, events, [])
 
 
+@contextmanager
+def _compiled(compiled: bool) -> Iterator[None]:
+    """The intake as built (compiled by ``make install``), or its interpreted source."""
+    if compiled:
+        assert lifecycle._intake.__name__.endswith("_native"), "run `make install`"
+        yield
+        return
+    with mock.patch.object(lifecycle, "_intake", importlib.import_module("scheduler.processor.intake")):
+        yield
+
+
+def _take(intake: SucceededIntake, fields: ScannedReport, tenant: str) -> bool:
+    """Whether the intake takes the one report ``fields``."""
+    return intake.run([fields], 0, tenant) == 1
+
+
 def _state(s: Shard) -> object:
     at = s.attempts
     return (
@@ -106,10 +131,12 @@ def _state(s: Shard) -> object:
     )
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @settings(max_examples=300, deadline=None)
 @given(reports=st.lists(_report(), min_size=1, max_size=40), registered_b=st.booleans())
 def test_the_fast_intake_decides_every_report_as_apply_does(
-    reports: list[tuple[str, str, str, int, int, int, str, str, bool, bool]], registered_b: bool,
+    compiled: bool, reports: list[tuple[str, str, str, int, int, int, str, str, bool, bool]],
+    registered_b: bool,
 ) -> None:
     fast_shard, oracle = _shard(), _shard()
     if not registered_b:  # tenant b left the registry: its schedules' reports are ignored
@@ -117,28 +144,35 @@ def test_the_fast_intake_decides_every_report_as_apply_does(
             del s.tenants["b"]
     fast_events: list[Event] = []
     oracle_events: list[Event] = []
-    take = succeeded_intake(fast_shard, NOW, fast_events)
-    for r in reports:
-        fields, tenant = _fields(r)
-        expected = _general(oracle, fields, tenant, oracle_events)
-        if take(fields, tenant):
-            assert expected is None, f"the fast intake took a report apply ignores: {expected}"
-        else:
-            assert _general(fast_shard, fields, tenant, fast_events) == expected
-        assert fast_events == oracle_events
+    oracle_why = [_general(oracle, *_fields(r), oracle_events) for r in reports]
+    with _compiled(compiled):
+        intake = succeeded_intake(fast_shard, NOW, fast_events)
+    fast_why: list[str | None] = []
+    for tenant, run in groupby(map(_fields, reports), lambda f: f[1]):  # as polled: a run per topic
+        batch = [fields for fields, _ in run]
+        i = 0
+        while (stop := intake.run(batch, i, tenant)) < len(batch):
+            fast_why += [None] * (stop - i)
+            fast_why.append(_general(fast_shard, batch[stop], tenant, fast_events))
+            i = stop + 1
+        fast_why += [None] * (stop - i)
+    assert fast_why == oracle_why
+    assert fast_events == oracle_events
     assert _state(fast_shard) == _state(oracle)
 
 
-def test_it_takes_the_common_report_and_leaves_the_rest_unchanged() -> None:
+@pytest.mark.parametrize("compiled", [True, False])
+def test_it_takes_the_common_report_and_leaves_the_rest_unchanged(compiled: bool) -> None:
     s = _shard()
     events: list[Event] = []
-    take = succeeded_intake(s, NOW, events)
+    with _compiled(compiled):
+        intake = succeeded_intake(s, NOW, events)
     f = T0 + 120
     common, _ = _fields(("x", "a", "a", 1, f, 1, "SUCCEEDED", "tok", True, True))
-    assert take(common, "a")
+    assert _take(intake, common, "a")
     assert events == [Event(occurrence_id("x", 1, f), "x", "a", 1, f, "SUCCEEDED", None, 1)]
     assert s.attempts.last_finished(occurrence_id("x", 1, f)) == 1
-    assert not take(common, "a")  # a duplicate: apply says why it is ignored
+    assert not _take(intake, common, "a")  # a duplicate: apply says why it is ignored
     before = _state(s)
     for r in (
         ("x", "a", "a", 1, T0 + 180, 1, "STARTED", "tok", True, True),  # not a final report
@@ -152,7 +186,7 @@ def test_it_takes_the_common_report_and_leaves_the_rest_unchanged() -> None:
         ("x", "a", "a", 1, NOW + 600, 1, "SUCCEEDED", "tok", True, True),  # in the future
     ):
         fields, tenant = _fields(r)  # type: ignore[arg-type]
-        assert not take(fields, tenant), r
+        assert not _take(intake, fields, tenant), r
     assert _state(s) == before and len(events) == 1
 
 
@@ -217,15 +251,18 @@ def test_take_all_writes_and_counts_as_apply_alone_does(fast: bool, monkeypatch:
         taken = 0
         real = inbox_module.succeeded_intake
 
-        def counted(ctx: Shard, now: int, events: list[Event]) -> object:
-            inner = real(ctx, now, events)
+        class Counted:
+            def __init__(self, inner: SucceededIntake) -> None:
+                self.inner = inner
 
-            def take(fields: ScannedReport, tenant: str) -> bool:
+            def run(self, reports: list[ScannedReport], start: int, tenant: str) -> int:
                 nonlocal taken
-                got = use_fast and inner(fields, tenant)
-                taken += got
-                return got
-            return take
+                stop = self.inner.run(reports, start, tenant) if use_fast else start
+                taken += stop - start
+                return stop
+
+        def counted(ctx: Shard, now: int, events: list[Event]) -> object:
+            return Counted(real(ctx, now, events))
 
         monkeypatch.setattr(inbox_module, "succeeded_intake", counted)
         s, rec, metrics = _shard(), _Written(), ProcessorMetrics()
@@ -252,21 +289,31 @@ def test_take_all_writes_and_counts_as_apply_alone_does(fast: bool, monkeypatch:
     assert with_fast[-1] == "PAUSED"
 
 
-def test_a_take_that_raises_changes_nothing() -> None:
-    """Both or neither: a failure while remembering the occurrence takes its event back, so the
-    inbox's fallback to ``apply`` writes it once."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_take_that_raises_changes_nothing(compiled: bool) -> None:
+    """Both or neither: a failure while remembering an occurrence takes its event back, so the
+    inbox's fallback to ``apply`` writes it once; the reports before it stay taken, one event each
+    (how the inbox finds where the intake stopped)."""
     s = _shard()
     events: list[Event] = []
     real = s.attempts.remember_finished
+    calls = 0
 
     def failing(oid: str, attempt: int) -> None:
-        raise MemoryError
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise MemoryError
+        real(oid, attempt)
 
     s.attempts.remember_finished = failing  # type: ignore[method-assign]
-    take = succeeded_intake(s, NOW, events)
+    with _compiled(compiled):
+        intake = succeeded_intake(s, NOW, events)
+    first, _ = _fields(("x", "a", "a", 1, T0 + 60, 1, "SUCCEEDED", "tok", True, True))
     fields, _ = _fields(("x", "a", "a", 1, T0 + 120, 1, "SUCCEEDED", "tok", True, True))
     with pytest.raises(MemoryError):
-        take(fields, "a")
-    assert events == [] and s.attempts.last_finished(fields[0]) is None
+        intake.run([first, fields], 0, "a")
+    assert [e.occurrence_id for e in events] == [first[0]]
+    assert s.attempts.last_finished(first[0]) == 1 and s.attempts.last_finished(fields[0]) is None
     s.attempts.remember_finished = real  # type: ignore[method-assign]
-    assert _general(s, fields, "a", events) is None and len(events) == 1
+    assert _general(s, fields, "a", events) is None and len(events) == 2

@@ -199,10 +199,14 @@ def _run(args: argparse.Namespace) -> int:
                     t1 = time.thread_time()
                     events: list[Any] = []
                     dead: list[Any] = []
-                    take = succeeded_intake(shard, now, events)  # as the inbox does: apply if not taken
-                    why = [None if take(r, _TENANT) else
-                           apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8], r[9],
-                                 r[10], now, events, dead) for r in scanned if r is not None]
+                    intake = succeeded_intake(shard, now, events)  # as the inbox does: apply what it leaves
+                    read = [r for r in scanned if r is not None]
+                    why, i = [], 0
+                    while (i := intake.run(read, i, _TENANT)) < len(read):
+                        r = read[i]
+                        why.append(apply(shard, r[7], r[0], r[1], r[2], r[3], r[4] // 1000, r[5], r[6], r[8],
+                                         r[9], r[10], now, events, dead))
+                        i += 1
                     t2 = time.thread_time()
                     cp.lifecycle(events, dead, now)
                     t3 = time.thread_time()

@@ -13,7 +13,6 @@ INTERNAL (a command) or ignored (a report), the shard then rebuilt from Kafka af
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from itertools import groupby
 from operator import methodcaller
 
@@ -23,6 +22,7 @@ from prometheus_client import Counter
 from scheduler.domain import ScheduleSpec
 from scheduler.processor.attempts import Attempt
 from scheduler.processor.checkpoint import Checkpoint, Topics
+from scheduler.processor.intake import SucceededIntake
 from scheduler.processor.lifecycle import apply as apply_report
 from scheduler.processor.lifecycle import succeeded_intake
 from scheduler.processor.metrics import ProcessorMetrics
@@ -49,11 +49,6 @@ MAX_COMMAND_BYTES = 900_000
 MAX_ID_CHARS = 256  # request_id, tenant, schedule_id, idempotency_key: answers and records stay small
 _SUCCEEDED = AttemptReportKind.SUCCEEDED
 _topic = methodcaller("topic")  # a polled record's topic, called in C by groupby
-
-
-def _never(fields: ScannedReport, tenant: str) -> bool:
-    """The fast intake once it failed in a batch: every report goes the general way."""
-    return False
 
 
 def apply_command(shard: Shard, cmd: ScheduleCommand | AttemptReport, now: int) -> CommandOutcome:
@@ -132,7 +127,7 @@ class Inbox:
         events: list[Event] = []
         dead: list[Attempt] = []
         commands_tenant, report, seen = self.topics.commands_tenant, self._report, self._seen
-        fast = succeeded_intake(shard, now, events)
+        fast: SucceededIntake | None = succeeded_intake(shard, now, events)
         try:
             for topic, run in groupby(msgs, _topic):  # one topic per tenant: polled in runs of one
                 tenant = commands_tenant(topic or "")
@@ -140,25 +135,31 @@ class Inbox:
                 for m in run:  # a burst's reports: locals only, one call per record that scans
                     raw = m.value() or b""
                     scanned = scan(raw) if len(raw) <= MAX_COMMAND_BYTES else None
-                    batch: Sequence[ScannedReport] | None
+                    batch: list[ScannedReport] | None
                     if scanned is not None:
-                        batch = (scanned,)
+                        batch = [scanned]
                     else:  # several reports in one record, or not a report of the current schemas
                         batch = scan_batch(raw) if len(raw) <= MAX_COMMAND_BYTES else None
                         if batch is None:  # decoded in full: a command, an older report, undecodable
                             bug = self._decode(shard, cp, m, raw, now, tenant, events, dead) or bug
                             continue
-                    for scanned in batch:
-                        try:
-                            taken = fast(scanned, tenant)
-                        except Exception:  # it changed nothing (both or neither): the general path decides
-                            log.exception("report %s: the fast intake failed; applied the general way",
-                                          scanned[0][:100])
-                            fast, taken = _never, False
-                        if taken:
-                            n_fast += 1
-                        else:
-                            bug = report(shard, scanned, now, tenant, events, dead) or bug
+                    i, n = 0, len(batch)
+                    while i < n:
+                        if fast is not None:
+                            before = len(events)
+                            try:
+                                stop = fast.run(batch, i, tenant)
+                            except Exception:  # the report it was taking changed nothing: apply decides it
+                                stop = i + len(events) - before  # an event for each report taken before it
+                                log.exception("report %s: the fast intake failed; applied the general way",
+                                              batch[stop][0][:100])
+                                fast = None
+                            n_fast += stop - i
+                            i = stop
+                            if i == n:
+                                break
+                        bug = report(shard, batch[i], now, tenant, events, dead) or bug
+                        i += 1
                 if n_fast:
                     seen[(tenant, _SUCCEEDED)] = seen.get((tenant, _SUCCEEDED), 0) + n_fast
             if events or dead:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler import native
 from scheduler.domain.backoff import retry_delay_s
 from scheduler.domain.ids import occurrence_id_of
 from scheduler.processor.attempts import (
@@ -27,9 +28,9 @@ from scheduler.processor.attempts import (
     attempt_event,
     persisted_running,
 )
-from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event, entry_times
+from scheduler.processor.intake import SucceededIntake
+from scheduler.processor.model import ACTIVE, COMPLETED, PAST_ONCE_LIMIT_S, Entry, Event
 from scheduler.processor.quotas import TokenBucket
-from scheduler.records.avro_fast import ScannedReport
 from scheduler.tenants import Tenant
 from scheduler.vocabulary import AttemptReportKind, ErrorClass, OccurrenceState, ScheduleKind
 
@@ -46,6 +47,7 @@ _tuple_new = tuple.__new__
 CLOCK_SKEW_S = 300  # a report may name an occurrence this far ahead of the shard's clock (owner skew)
 INVALID_LOG_EVERY_S = 10.0  # at most one warning per shard per interval for reports that cannot apply
 
+_intake = native.load("scheduler.processor.intake")  # compiled when built
 log = logging.getLogger("ksched.processor.reports")
 _invalid_logged: dict[int, tuple[float, int]] = {}  # shard id -> (last warning, reports since)
 
@@ -166,54 +168,33 @@ def apply(
     return _apply_current(ctx, e, a, kind, token, retryable, error_class, error_message, now, events, dead)
 
 
-def succeeded_intake(
-    ctx: LifecycleContext, now: int, events: list[Event]
-) -> Callable[[ScannedReport, str], bool]:
-    """The common report of a burst, applied in one Python frame of its own: ``take(fields, tenant)`` applies
-    the report of ``fields`` (a scanned record's, :data:`ScannedReport`), arrived on ``tenant``'s
-    topic, and returns True when it is the SUCCEEDED report of an occurrence's first attempt that
-    :func:`apply` would accept untracked, of the current version, at or after the version took
-    effect. Its event goes to ``events`` and the occurrence is remembered finished, exactly as
-    :func:`apply` does it. Otherwise it changes nothing and returns False: the caller applies the
-    report with :func:`apply`, which decides it and says why it is ignored.
+def succeeded_intake(ctx: LifecycleContext, now: int, events: list[Event]) -> SucceededIntake:
+    """The common report of a burst, applied in a compiled loop of its own (:mod:`.intake`):
+    ``intake.run(reports, start, tenant)`` applies the scanned reports (``avro_fast.ScannedReport``)
+    of ``reports[start:]``, arrived on ``tenant``'s topic, in order while each is the SUCCEEDED
+    report of an occurrence's first attempt that :func:`apply` would accept untracked, of the
+    current version, at or after the version took effect; it returns the index of the first it
+    does not take (``len(reports)`` when none). Each taken report's event goes to ``events``
+    and its occurrence is remembered finished, exactly as :func:`apply` does it. The first
+    report not taken changed nothing: the caller applies it with :func:`apply`, which decides it
+    and says why it is ignored, then runs the intake again after it (the order of a batch's
+    reports is kept).
 
     The inbox reaches the same decision through six Python frames (``_report``, :func:`apply`,
     the fences, the occurrence checks, finishing it), besides the fire-time memo, the id's hash
-    and the finished memory that ``take`` calls too; the process's main thread spent 38 % of a held
-    backlog's time in them (docs/performance.md, session 21). Its checks are :func:`apply`'s,
-    tested equal on generated reports (tests/test_lifecycle_fast.py). It changes both or
-    neither of ``events`` and the finished memory, also when it raises. The shard's maps are
-    taken once: build one per batch (``now`` and ``events`` are the batch's)."""
+    and the finished memory that the intake calls too; the process's main thread spent 38 % of a
+    held backlog's time in them (docs/performance.md, session 21). Its checks are :func:`apply`'s,
+    tested equal on generated reports (tests/test_lifecycle_fast.py). It changes both or neither
+    of ``events`` and the finished memory for the report it is taking, also when it raises. The
+    shard's maps are taken once: build one per batch (``now`` and ``events`` are the batch's)."""
     at = ctx.attempts
-    entries_get, tenants, inflight, occupying = ctx.entries.get, ctx.tenants, at.inflight, at.occupying
-    finished_get, remember = at.last_finished, at.remember_finished
-    horizon = now + CLOCK_SKEW_S
-    append = events.append
-
-    def take(fields: ScannedReport, tenant: str) -> bool:
-        oid, sid, named, version, sf_ms, attempt, _, kind, _, _, _, _, _, _ = fields
-        if kind != _SUCCEEDED or attempt != 1 or named != tenant:
-            return False
-        e = entries_get(sid)
-        if e is None or e.version != version or e.tenant != tenant or tenant not in tenants:
-            return False
-        sf = sf_ms // 1000
-        # never seen (so never tracked or finished), fires now or before, holds no overlap slot
-        if sf > horizon or oid in inflight or finished_get(oid) is not None or sid in occupying:
-            return False
-        if sf < entry_times(e)[1] or not e.parts.compiled.is_fire_time(sf):  # before it took effect
-            return False
-        if oid != occurrence_id_of(sid, version, sf):
-            return False
-        append(_tuple_new(Event, (oid, sid, e.tenant, version, sf, _SUCCEEDED_STATE, None, 1)))
-        try:
-            remember(oid, 1)
-        except BaseException:  # both or neither: the caller then applies it through apply
-            events.pop()
-            raise
-        return True
-
-    return take
+    intake: SucceededIntake = _intake.SucceededIntake(
+        entries=ctx.entries, tenants=ctx.tenants, inflight=at.inflight, occupying=at.occupying,  # type: ignore[arg-type]
+        finished_get=at.last_finished, remember=at.remember_finished, occurrence_id_of=occurrence_id_of,
+        event_type=Event, succeeded_kind=_SUCCEEDED, succeeded_state=_SUCCEEDED_STATE,
+        horizon=now + CLOCK_SKEW_S, events=events,
+    )
+    return intake
 
 
 def _apply_current(
