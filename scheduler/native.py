@@ -36,7 +36,9 @@ from types import ModuleType
 log = logging.getLogger("ksched.native")
 
 # Each entry was proven hot by a profile; the ratio it bought is in docs/decisions.md.
-NATIVE: tuple[str, ...] = ("scheduler.records.avro_fast", "scheduler.processor.intake")
+NATIVE: tuple[str, ...] = (
+    "scheduler.records.avro_fast", "scheduler.processor.intake", "scheduler.processor.recent",
+)
 # C modules, by import name (the source is the same path with ``.c``); each proven hot the same way.
 NATIVE_C: tuple[str, ...] = ("scheduler.domain._ids_native",)
 
