@@ -9,45 +9,32 @@ is where the checks are explained; this module is only their loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+from dataclasses import dataclass
 from typing import Any, Final
 
 _tuple_new: Final = tuple.__new__
 
 
+@dataclass(frozen=True, kw_only=True)
 class SucceededIntake:
     """Takes the SUCCEEDED reports of first attempts that ``lifecycle.apply`` would accept untracked.
 
-    Built for one batch: ``now`` and ``events`` are the batch's, the maps are the shard's.
+    Built for one batch: ``horizon`` (now plus the clock skew allowed) and ``events`` are the
+    batch's, the maps are the shard's.
     """
 
-    def __init__(
-        self,
-        *,
-        entries: dict[str, Any],
-        tenants: Container[str],
-        inflight: dict[str, Any],
-        occupying: dict[str, Any],
-        finished_get: Callable[[str], Any],
-        remember: Callable[[str, int], None],
-        occurrence_id_of: Callable[[str, int, int], str],
-        event_type: type,
-        succeeded_kind: str,
-        succeeded_state: str,
-        horizon: int,
-        events: list[Any],
-    ) -> None:
-        self.entries: Final = entries
-        self.tenants: Final = tenants
-        self.inflight: Final = inflight
-        self.occupying: Final = occupying
-        self.finished_get: Final = finished_get
-        self.remember: Final = remember
-        self.occurrence_id_of: Final = occurrence_id_of
-        self.event_type: Final = event_type
-        self.succeeded_kind: Final = succeeded_kind
-        self.succeeded_state: Final = succeeded_state
-        self.horizon: Final = horizon
-        self.events: Final = events
+    entries: dict[str, Any]
+    tenants: Container[str]
+    inflight: dict[str, Any]
+    occupying: dict[str, Any]
+    finished_get: Callable[[str], Any]
+    remember: Callable[[str, int], None]
+    occurrence_id_of: Callable[[str, int, int], str]
+    event_type: type
+    succeeded_kind: str
+    succeeded_state: str
+    horizon: int
+    events: list[Any]
 
     def run(self, reports: list[tuple[Any, ...]], start: int, tenant: str) -> int:
         """Take ``reports[start:]`` (scanned reports, ``avro_fast.ScannedReport``, arrived on
