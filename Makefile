@@ -118,5 +118,6 @@ schemas-check: install ## fail if records/_generated.py is stale or a schema cha
 openapi: install ## regenerate docs/openapi.json from the API's code (a test fails when it is stale)
 	$(KSCHED) api openapi
 
-clean: ## remove the venv and caches (not the Kafka jar cache)
+clean: ## remove the venv, caches and compiled modules (not the Kafka jar cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find scheduler \( -name '_*_native*.so' -o -name '_*_native.sha256' \) -delete

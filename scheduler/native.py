@@ -46,42 +46,44 @@ NATIVE_C: tuple[str, ...] = ("scheduler.domain._ids_native",)
 def load(name: str) -> ModuleType:
     """The compiled copy of module ``name`` when it is current, else ``name`` itself."""
     pure = importlib.import_module(name)
-    if os.environ.get("KSCHED_NATIVE", "1") == "0":
-        return pure
-    try:
-        native = importlib.import_module(_native_name(name))
-    except ImportError:
-        log.info("%s runs interpreted: no compiled copy (make install builds one)", name)
-        return pure
-    if _stamp_path(name).read_text().strip() != _source_hash(name):
-        log.warning("%s runs interpreted: its compiled copy is older than the source; run make install", name)
-        return pure
-    return native
+    native = _current(name, _native_name(name))
+    return pure if native is None else native
 
 
 def load_c(name: str) -> ModuleType | None:
     """C module ``name`` (listed in :data:`NATIVE_C`) when it is built from its current source, else
     None: the caller then runs its Python copy."""
+    return _current(name, name)
+
+
+def _current(name: str, module: str) -> ModuleType | None:
+    """``module``, the build of ``name``, when it is current and loads; else None (logged why)."""
     if os.environ.get("KSCHED_NATIVE", "1") == "0":
         return None
-    state = status().get(name)
+    state = _state(name)
     if state != "current":
         log.log(logging.WARNING if state == "stale" else logging.INFO,
-                "%s: C module %s; its Python copy runs (make install builds it)", name, state)
+                "%s runs interpreted: its compiled copy is %s; run make install", name, state)
         return None
-    return importlib.import_module(name)
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # built for another interpreter, or a library it needs is gone
+        log.warning("%s runs interpreted: its compiled copy does not load (%s); run make install", name, exc)
+        return None
 
 
 def status() -> dict[str, str]:
     """Per listed module (mypyc and C): ``current``, ``stale`` or ``missing``."""
-    out = {}
-    for name in (*NATIVE, *NATIVE_C):
-        stamp = _stamp_path(name)
-        if not stamp.exists() or not list(_source_path(name).parent.glob(f"{_leaf(name)}.*.so")):
-            out[name] = "missing"
-        else:
-            out[name] = "current" if stamp.read_text().strip() == _source_hash(name) else "stale"
-    return out
+    return {name: _state(name) for name in (*NATIVE, *NATIVE_C)}
+
+
+def _state(name: str) -> str:
+    """``missing`` unless the build for this interpreter (its ``EXT_SUFFIX``) and its stamp exist;
+    then ``current`` when the stamp is the source's hash, else ``stale``."""
+    stamp = _stamp_path(name)
+    if not stamp.exists() or not _built_path(name).exists():
+        return "missing"
+    return "current" if stamp.read_text().strip() == _source_hash(name) else "stale"
 
 
 def build(force: bool = False) -> None:
@@ -94,26 +96,29 @@ def build(force: bool = False) -> None:
 
 
 def _compile_c(name: str) -> None:
-    """Build C module ``name`` with Python's own compiler, into a temporary file first: a process
-    importing it meanwhile sees the old build or the new one, never half of one."""
+    """Build C module ``name`` with ``$CC``, else the compiler Python was built with (Linux's
+    ``-shared``; elsewhere the Python copy runs)."""
+    digest = _source_hash(name)  # of the source compiled: one saved meanwhile makes the build stale
     src = _source_path(name)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    out = src.parent / f"{_leaf(name)}{suffix}"
-    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     with tempfile.TemporaryDirectory(prefix="ksched-native-") as tmp:
-        built = Path(tmp) / out.name
+        built = Path(tmp) / _built_path(name).name
         cmd = [*cc, "-O3", "-fPIC", "-shared", "-Wall", "-I", sysconfig.get_paths()["include"], str(src),
                "-o", str(built)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        except OSError as exc:
+            raise SystemExit(f"native: cannot run the C compiler {cc[0]!r} ({exc}): install one (Debian: "
+                             "apt-get install gcc) or name it in CC") from None
         if done.returncode != 0:
             raise SystemExit(f"native: the C compiler failed on {name} ({shlex.join(cmd)}):\n"
                              f"{done.stdout}\n{done.stderr}")
-        shutil.copyfile(built, out.with_name(out.name + ".tmp"))
-        os.replace(out.with_name(out.name + ".tmp"), out)
-    _stamp_path(name).write_text(_source_hash(name) + "\n")
+        _install(built, src.parent)
+    _stamp_path(name).write_text(digest + "\n")
 
 
 def _compile(name: str) -> None:
+    digest = _source_hash(name)
     src = _source_path(name)
     package = name.rsplit(".", 1)[0].split(".")
     with tempfile.TemporaryDirectory(prefix="ksched-native-") as tmp:
@@ -130,8 +135,20 @@ def _compile(name: str) -> None:
         if done.returncode != 0:
             raise SystemExit(f"native: mypyc failed on {name}:\n{done.stdout}\n{done.stderr}")
         for so in d.joinpath(*package).glob(f"{_leaf(name)}*.so"):
-            shutil.copyfile(so, src.parent / so.name)
-    _stamp_path(name).write_text(_source_hash(name) + "\n")
+            _install(so, src.parent)
+    _stamp_path(name).write_text(digest + "\n")
+
+
+def _install(built: Path, folder: Path) -> None:
+    """Put ``built`` in ``folder`` by a rename: a process importing it meanwhile (or running it)
+    keeps the old file or takes the new one, never half of one."""
+    tmp = folder / f".{built.name}.tmp"
+    shutil.copyfile(built, tmp)
+    os.replace(tmp, folder / built.name)
+
+
+def _built_path(name: str) -> Path:
+    return _source_path(name).parent / f"{_leaf(name)}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
 def _native_name(name: str) -> str:

@@ -1,11 +1,14 @@
 """The occurrence id's C copy (``scheduler/domain/_ids_native.c``) against its Python copy and
 against hashlib's BLAKE2b computed here from DESIGN.md §1's encoding, an independent oracle:
 every length of schedule id around BLAKE2b's 128-byte blocks, any Unicode, both ends of the
-64-bit range, and the same errors for what is not an id's input."""
+64-bit range, and the same errors for ints that are not 64-bit and ids that do not encode. (A
+schedule id that is not a str is a TypeError in C, an AttributeError in Python: every caller
+passes a str, and ``ids.occurrence_id`` checks it first.)"""
 
 from __future__ import annotations
 
 import struct
+import sys
 from hashlib import blake2b
 from types import ModuleType
 
@@ -57,6 +60,25 @@ def test_both_copies_refuse_what_is_not_a_64_bit_int(args: tuple[str, object, ob
     for fn in (_c().occurrence_id_of, ids._occurrence_id_of):
         with pytest.raises(struct.error):
             fn(*args)
+
+
+def test_an_int_by_its_index_is_taken_as_struct_pack_takes_it() -> None:
+    class Seven:
+        def __index__(self) -> int:
+            return 7
+
+    seven: int = Seven()  # type: ignore[assignment]
+    want = _oracle("a", 7, 7)
+    assert _c().occurrence_id_of("a", seven, seven) == ids._occurrence_id_of("a", seven, seven) == want
+
+
+def test_a_non_ascii_id_keeps_its_size() -> None:
+    """The C copy encodes into a buffer of its own: the string keeps no UTF-8 copy (a shard's
+    entries' ids pass through it)."""
+    sid = "é" * 200
+    before = sys.getsizeof(sid)
+    assert _c().occurrence_id_of(sid, 1, 1) == _oracle(sid, 1, 1)
+    assert sys.getsizeof(sid) == before
 
 
 def test_a_lone_surrogate_is_refused_as_str_encode_refuses_it() -> None:

@@ -317,3 +317,86 @@ def test_a_take_that_raises_changes_nothing(compiled: bool) -> None:
     assert s.attempts.last_finished(first[0]) == 1 and s.attempts.last_finished(fields[0]) is None
     s.attempts.remember_finished = real  # type: ignore[method-assign]
     assert _general(s, fields, "a", events) is None and len(events) == 2
+
+
+def _succeeded(sid: str, tenant: str, version: int, f: int, kind: str) -> object:
+    from scheduler.records import AttemptReport
+
+    return AttemptReport(
+        occurrence_id=occurrence_id(sid, version, f), schedule_id=sid, tenant=tenant, version=version,
+        scheduled_for_ms=f * 1000, attempt=1, token="tok", kind=kind, retryable=None, error_class=None,
+        error_message=None, worker_id="w", reported_at_ms=NOW * 1000, started_at_ms=None)
+
+
+_S, _ST = "SUCCEEDED", "STARTED"
+# AttemptReports records of (schedule, seconds after T0, kind, version): duplicates, a STARTED report
+# then its SUCCEEDED, two tenants
+_BATCHES = (
+    ("a", (("x", 60, _S, 1), ("x", 120, _S, 1), ("x", 60, _S, 1), ("x", 180, _ST, 1), ("x", 180, _S, 1),
+           ("x", 240, _S, 1), ("u", 360, _S, 2), ("x", 300, _S, 1))),
+    ("a", (("x", 360, _S, 1), ("x", 420, _S, 1))),
+    ("b", (("z", 60, _S, 1), ("z", 120, _S, 1), ("z", 60, _S, 1))),
+)
+
+
+def _take_batches(fast: bool, compiled: bool, fail_at: int | None) -> tuple[object, ...]:
+    """``Inbox.take_all`` of :data:`_BATCHES`: with the fast intake or with it taking nothing, and
+    the finished memory failing at its ``fail_at``-th remember (once)."""
+    from confluent_kafka import Message, TopicPartition
+
+    from scheduler.processor import inbox as inbox_module
+    from scheduler.processor.checkpoint import Checkpoints
+    from scheduler.processor.inbox import Inbox
+    from scheduler.processor.metrics import ProcessorMetrics
+    from scheduler.processor.ownership import OwnedShard
+    from scheduler.records import AttemptReports, encode
+    from scheduler.settings import load_settings
+    from scheduler.topology import topic_name
+
+    settings_ = load_settings(env={})
+    s, rec, metrics = _shard(), _Written(), ProcessorMetrics()
+    real, calls = s.attempts.remember_finished, 0
+
+    def remember(oid: str, attempt: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == fail_at:
+            raise MemoryError
+        real(oid, attempt)
+
+    s.attempts.remember_finished = remember  # type: ignore[method-assign]
+    values = [encode(AttemptReports(reports=tuple(  # type: ignore[arg-type]
+        _succeeded(sid, t, version, T0 + at, kind) for sid, at, kind, version in reports)))
+        for t, reports in _BATCHES]
+    msgs = [Message(topic=topic_name(settings_, "commands", t), partition=0, offset=i, value=v)
+            for i, ((t, _), v) in enumerate(zip(_BATCHES, values, strict=True))]
+    checkpoints = Checkpoints(settings_, 1)
+    owned = OwnedShard(shard=s, producer=rec, partition=TopicPartition(msgs[0].topic() or "", 0))  # type: ignore[arg-type]
+    cp = checkpoints.open(owned, msgs, float(NOW), lambda _name: None)
+    cp.begin()
+
+    class Nothing:
+        def run(self, reports: list[ScannedReport], start: int, tenant: str) -> int:
+            return start
+
+    with _compiled(compiled), mock.patch.object(
+        inbox_module, "succeeded_intake", inbox_module.succeeded_intake if fast else lambda *_: Nothing()
+    ):
+        bug = Inbox(s.tenants, metrics, checkpoints.topics).take_all(s, cp, msgs, NOW)
+    s.attempts.remember_finished = real  # type: ignore[method-assign]
+    counters = sorted((x.name, tuple(sorted(x.labels.items())), x.value) for fam in metrics.registry.collect()
+                      for x in fam.samples if x.name.startswith("ksched_attempt_reports_")
+                      and x.name.endswith("_total"))
+    return bug, rec.records, counters, _state(s)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("fail_at", [None, 1, 2, 3, 6, 9])
+def test_batches_through_take_all_as_apply_alone_even_after_a_failure(
+    compiled: bool, fail_at: int | None
+) -> None:
+    """Records of many reports through ``Inbox.take_all``: the intake resumes after each report it
+    leaves, and after it raises (the finished memory failing once, at its first to ninth remember)
+    the report it was taking goes to ``apply`` and the rest follow: the same records, counters and
+    shard as with the intake taking nothing."""
+    assert _take_batches(True, compiled, fail_at) == _take_batches(False, compiled, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +49,36 @@ def test_ksched_native_0_runs_the_source(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("KSCHED_NATIVE", "0")
     assert native.load("scheduler.records.avro_fast").__file__.endswith("avro_fast.py")  # type: ignore[union-attr]
     assert native.load_c("scheduler.domain._ids_native") is None
+
+
+def test_a_build_for_another_interpreter_or_without_its_stamp_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Only the file of this interpreter's ``EXT_SUFFIX`` counts (``make install PYTHON=...`` after
+    another version's build), and a build whose stamp is gone (an interrupted build) is missing:
+    both load the Python copy, never raise."""
+    import sysconfig
+
+    real = sysconfig.get_config_var
+
+    def other(var: str) -> object:
+        return ".cpython-399-x86_64-linux-gnu.so" if var == "EXT_SUFFIX" else real(var)
+
+    monkeypatch.setattr(sysconfig, "get_config_var", other)
+    assert set(native.status().values()) == {"missing"}
+    assert native.load_c("scheduler.domain._ids_native") is None
+    assert native.load(FAST).__file__.endswith("avro_fast.py")  # type: ignore[union-attr]
+    monkeypatch.undo()
+    monkeypatch.setattr(native, "_stamp_path", lambda name: tmp_path / "gone.sha256")
+    assert native.status()[FAST] == "missing"
+    assert native.load(FAST).__file__.endswith("avro_fast.py")  # type: ignore[union-attr]
+
+
+def test_a_missing_compiler_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "no-such-cc -pthread")
+    with pytest.raises(SystemExit, match="cannot run the C compiler 'no-such-cc'"):
+        native._compile_c("scheduler.domain._ids_native")
+    assert native.status()["scheduler.domain._ids_native"] == "current"  # the build in place is kept
 
 
 @pytest.mark.parametrize("name", native.NATIVE_C)

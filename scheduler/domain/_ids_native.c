@@ -106,13 +106,17 @@ static void put_be(uint8_t *p, uint64_t v, int bytes) {
     for (int i = bytes - 1; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
 }
 
-/* An int argument as int64, or struct.error as the Python copy's pack raises. */
+/* An int argument (or one with __index__, as struct.pack takes) as int64, or struct.error as the
+ * Python copy's pack raises. */
 static int as_i64(PyObject *o, const char *name, long long *out) {
-    if (!PyLong_Check(o)) {
+    PyObject *n = PyNumber_Index(o);
+    if (n == NULL) {
+        PyErr_Clear();
         PyErr_Format(struct_error, "%s: required argument is not an integer", name);
         return -1;
     }
-    *out = PyLong_AsLongLong(o);
+    *out = PyLong_AsLongLong(n);
+    Py_DECREF(n);
     if (*out == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         PyErr_Format(struct_error, "%s: argument out of range", name);
@@ -121,7 +125,7 @@ static int as_i64(PyObject *o, const char *name, long long *out) {
     return 0;
 }
 
-static PyObject *occurrence_id_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *occurrence_id_of(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     static const char HEX[] = "0123456789abcdef";
     uint8_t stack[512], digest[DIGEST_BYTES];
     long long version, scheduled_for;
@@ -134,19 +138,40 @@ static PyObject *occurrence_id_of(PyObject *self, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "occurrence_id_of(): schedule_id must be a str");
         return NULL;
     }
-    const char *sid = PyUnicode_AsUTF8AndSize(args[0], &n);
-    if (sid == NULL) return NULL; /* a lone surrogate: UnicodeEncodeError, as str.encode raises */
-    if (as_i64(args[1], "version", &version) < 0 || as_i64(args[2], "scheduled_for", &scheduled_for) < 0)
+    /* An ASCII string's characters are its UTF-8. Any other is encoded into a bytes object of our
+     * own: PyUnicode_AsUTF8AndSize would keep a UTF-8 copy on the string for its lifetime, and the
+     * processor passes the schedule ids its entries hold, hundreds of thousands of them. */
+    PyObject *encoded = NULL;
+    const char *sid;
+    if (PyUnicode_READY(args[0]) < 0) return NULL;
+    if (PyUnicode_IS_ASCII(args[0])) {
+        sid = (const char *)PyUnicode_DATA(args[0]);
+        n = PyUnicode_GET_LENGTH(args[0]);
+    } else {
+        encoded = PyUnicode_AsUTF8String(args[0]); /* a lone surrogate: UnicodeEncodeError, as str.encode */
+        if (encoded == NULL) return NULL;
+        sid = PyBytes_AS_STRING(encoded);
+        n = PyBytes_GET_SIZE(encoded);
+    }
+    /* then the ints, as the Python copy encodes the id before it packs them */
+    if (as_i64(args[1], "version", &version) < 0 || as_i64(args[2], "scheduled_for", &scheduled_for) < 0) {
+        Py_XDECREF(encoded);
         return NULL;
+    }
     if ((uint64_t)n > 0xffffffffULL) {
+        Py_XDECREF(encoded);
         PyErr_SetString(struct_error, "schedule_id: argument out of range");
         return NULL;
     }
     size_t size = 4 + (size_t)n + 16;
     uint8_t *data = size <= sizeof stack ? stack : PyMem_Malloc(size);
-    if (data == NULL) return PyErr_NoMemory();
+    if (data == NULL) {
+        Py_XDECREF(encoded);
+        return PyErr_NoMemory();
+    }
     put_be(data, (uint64_t)n, 4);
     memcpy(data + 4, sid, (size_t)n);
+    Py_XDECREF(encoded);
     put_be(data + 4 + n, (uint64_t)version, 8);
     put_be(data + 12 + n, (uint64_t)scheduled_for, 8);
     blake2b_person(data, size, digest);
