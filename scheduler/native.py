@@ -10,9 +10,9 @@ the same code interpreted. ``KSCHED_NATIVE=0`` forces the interpreted modules (t
 
 A module listed in :data:`NATIVE_C` is a C source (``<name>.c``) that serves a function whose
 Python copy stays the source of truth and the fallback: what hashlib-style C calls cost from Python
-when mypyc could not remove them. ``build`` compiles it with the C compiler Python was built with
-(``sysconfig``'s ``CC``), stamped the same way; :func:`load_c` returns it only when current, else None,
-and the caller keeps its Python copy. Each is tested equal to that copy.
+when mypyc could not remove them. ``build`` compiles it with ``$CC``, else the C compiler Python
+was built with (``sysconfig``'s ``CC``), stamped the same way; :func:`load_c` returns it only when
+current, else None, and the caller keeps its Python copy. Each is tested equal to that copy.
 
 ``python -m scheduler.native check`` fails unless every listed module's compiled copy is current;
 the test suite runs it, so CI measures what production runs.

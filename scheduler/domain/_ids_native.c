@@ -9,7 +9,7 @@
  * Why C: the processor checks every attempt report's id against this hash, and the Python copy
  * (encode, pack, copy, update, hexdigest: five calls into C) cost 0.63 us of the ~4 us a report
  * costs the processor's main thread (docs/decisions.md). Built by `python -m scheduler.native
- * build` (make install) with the C compiler Python was built with; no other dependency.
+ * build` (make install) with $CC or the C compiler Python was built with; no other dependency.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

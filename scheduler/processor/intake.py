@@ -46,6 +46,8 @@ class SucceededIntake:
         entries, inflight, occupying, tenants = self.entries, self.inflight, self.occupying, self.tenants
         finished_get, horizon, kind_ok = self.finished_get, self.horizon, self.succeeded_kind
         n = len(reports)
+        if tenant not in tenants:  # the topic's tenant left the registry: apply says so, report by report
+            return start
         i = start
         while i < n:
             fields = reports[i]
@@ -59,7 +61,7 @@ class SucceededIntake:
             if e is None:
                 return i
             owner: str = e.tenant
-            if e.version != version or owner != tenant or tenant not in tenants:
+            if e.version != version or owner != tenant:
                 return i
             sf_ms: int = fields[4]
             sf = sf_ms // 1000
@@ -71,8 +73,8 @@ class SucceededIntake:
             if oid != self.occurrence_id_of(sid, version, sf):
                 return i
             # the event's named tuple made from its fields without its __new__ (namedtuple's _make does so)
-            fields = (oid, sid, owner, version, sf, self.succeeded_state, None, 1)
-            self.events.append(_tuple_new(self.event_type, fields))
+            event = (oid, sid, owner, version, sf, self.succeeded_state, None, 1)
+            self.events.append(_tuple_new(self.event_type, event))
             try:
                 self.remember(oid, 1)
             except BaseException:  # both or neither: the caller then applies it the general way
