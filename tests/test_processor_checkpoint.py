@@ -148,13 +148,46 @@ def test_the_steps_run_in_the_one_commit_order_and_the_failpoints_around_them() 
     cps.shutdown()
 
 
-def test_an_idle_tick_commits_at_once_and_hits_no_failpoint() -> None:
+def test_an_idle_tick_has_no_transaction_and_hits_no_failpoint() -> None:
+    """Nothing consumed, due or to write: no begin, no commit (each a wait on librdkafka)."""
     producer, points = RecordingProducer(), Points()
     cps = Checkpoints(Settings(), commit_threads=1)
     owned = owned_shard(producer)
     owned.last_state_write = float(T0 + 1)  # the shard state was written this second
     cp = tick(cps, owned, [], points)
-    assert producer.calls == ["begin", "commit"] and not points.hits and not cp.dispatched
+    assert producer.calls == [] and not points.hits and not cp.dispatched
+    cps.assert_none_open("poll")
+    owned.last_state_write = float(T0)  # a second ago: the shard state is written, in a transaction
+    tick(cps, owned, [], points)
+    assert producer.calls == ["begin", "produce state", "commit"] and not points.hits
+    cps.assert_none_open("poll")
+    cps.shutdown()
+
+
+def test_a_tick_begins_its_transaction_at_its_first_write() -> None:
+    """No records: the transaction begins with the first record the tick writes, not before."""
+    producer = RecordingProducer()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    cp = cps.open(owned_shard(producer, schedules=1), [], float(T0 + 1), Points())
+    cp.begin()
+    assert producer.calls == []
+    cp.due(cp.owned.shard.due(T0 + 1, 10, float(T0 + 1)))
+    assert producer.calls == ["begin", "produce dispatch.a"]
+    cp.write_state()
+    cp.send_offsets(RecordingConsumer())  # type: ignore[arg-type]
+    assert cp.commit()
+    cp.join()
+    assert producer.calls == ["begin", "produce dispatch.a", "produce state", "commit"]
+    cps.shutdown()
+
+
+def test_a_failure_before_any_write_aborts_nothing() -> None:
+    producer = RecordingProducer()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    cp = cps.open(owned_shard(producer), [], float(T0), Points())
+    cp.begin()
+    assert cp.fail(KafkaException(KafkaError(KafkaError._TIMED_OUT))) is Loss.ABORTED
+    assert producer.calls == []
     cps.assert_none_open("poll")
     cps.shutdown()
 
@@ -275,9 +308,9 @@ def test_an_abort_that_fails_asks_for_a_rejoin() -> None:
     refused = KafkaError(KafkaError._STATE)
     producer = RecordingProducer(fail={"begin": refused, "abort": refused})
     cps = Checkpoints(Settings(), commit_threads=1)
-    cp = cps.open(owned_shard(producer), [], float(T0), Points())
+    cp = cps.open(owned_shard(producer), records(0), float(T0), Points())
     with pytest.raises(KafkaException) as exc:
-        cp.begin()
+        cp.begin()  # a record consumed: the transaction begins at once
     assert cp.fail(exc.value) is Loss.ABORT_FAILED
     cps.assert_none_open("poll")
     cps.shutdown()

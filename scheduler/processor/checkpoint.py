@@ -3,8 +3,11 @@
 A :class:`Checkpoint` has one method per step, and a step cannot run after a later one
 (:class:`TransactionOrderError`):
 
-1. begin: ``begin_transaction()``; the checkpoint is open from here until it is
-   committed, aborted or given up;
+1. begin: the checkpoint is open from here until it is committed, aborted or given up.
+   ``begin_transaction()`` runs now when the tick consumed records (their offsets make it
+   write), else at its first write; a tick that writes nothing has no transaction at all
+   (each begin and each empty commit is a wait on librdkafka's main thread: 5 % of a held
+   backlog's loop went to the idle shards', docs/decisions.md);
 2. produce: what the commands and reports polled for the shard changed (results,
    schedules, history, versions, occurrence events, DLQ records; written by
    :class:`scheduler.processor.inbox.Inbox`), then the tick's due output:
@@ -16,8 +19,8 @@ A :class:`Checkpoint` has one method per step, and a step cannot run after a lat
 4. send offsets: ``send_offsets_to_transaction`` for the consumed commands (past the last
    record taken from each tenant's ``commands.<tenant>[p]``), chosen here and sent on the
    commit thread right before the commit (a record polled always makes the commit run there);
-5. commit: failpoint ``before_commit``; a transaction that wrote nothing commits at
-   once; one that wrote commits on a commit thread while the loop goes on to the
+5. commit: failpoint ``before_commit``; a tick with no transaction closes at once;
+   one that wrote commits on a commit thread while the loop goes on to the
    next shard's steps 1-5 (a commit mostly waits for the broker's acks), and
    :meth:`Checkpoint.join` waits for it (then failpoint ``after_commit``).
 
@@ -38,7 +41,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from scheduler.kafka.clients import Messages, produce_run, produce_waiting
 from scheduler.processor import wire, wire_state
@@ -164,7 +167,7 @@ class Checkpoint:
         self._failpoint = failpoint
         self._registry = registry
         self._p = owned.partition.partition
-        self._wrote = bool(records)
+        self._begun = False  # step 1's begin_transaction() ran (:meth:`_tx`)
         self._offsets: tuple[list[TopicPartition], object] | None = None  # step 4's, sent at step 5
         self._step = 0
         self._closed = False
@@ -181,16 +184,25 @@ class Checkpoint:
                                         f"{' (closed)' if self._closed else ''}")
         self._step = step
 
+    def _tx(self) -> Producer:
+        """The shard's producer, its transaction begun: step 1's ``begin_transaction()`` at the
+        tick's first write (marked begun first, so a refused begin is aborted as before)."""
+        if not self._begun:
+            self._begun = True
+            self.owned.producer.begin_transaction()
+        return self.owned.producer
+
     def _produce(self, topic: str, value: bytes | None, key: bytes, partition: int = -1) -> None:
-        produce_waiting(self.owned.producer, topic, value, key, partition)
+        produce_waiting(self._tx(), topic, value, key, partition)
 
     def _produce_with(self, topic: str, value: bytes, key: bytes, on_delivery: Callable[..., None]) -> None:
+        producer = self._tx()
         while True:
             try:
-                self.owned.producer.produce(topic, value, key, partition=self._p, on_delivery=on_delivery)
+                producer.produce(topic, value, key, partition=self._p, on_delivery=on_delivery)
                 return
             except BufferError:
-                self.owned.producer.poll(0.05)
+                producer.poll(0.05)
 
     def _close(self) -> None:
         self._closed = True
@@ -200,7 +212,8 @@ class Checkpoint:
     def begin(self) -> None:
         self._at(BEGIN)
         self._registry._open.add(self)
-        self.owned.producer.begin_transaction()
+        if self.records:
+            self._tx()
 
     # -- 2. produce ---------------------------------------------------------------
     def result(self, outcome: CommandOutcome, now: int, tenant: str) -> None:
@@ -259,7 +272,7 @@ class Checkpoint:
             if run is None:
                 run = own[entry.tenant] = []
             run.append({"value": sched, "key": key})  # a dict of its own: produce_batch marks refusals in it
-        producer = self.owned.producer
+        producer = self._tx()
         produce_run(producer, topics.schedules, internal, p)
         for tenant, schedules in own.items():
             produce_run(producer, topics.of("schedules", tenant), schedules, p)
@@ -268,9 +281,8 @@ class Checkpoint:
         """Occurrence events, and the DLQ records of occurrences declared dead."""
         self._at(PRODUCE)
         topics, shard, p, counts = self._registry.topics, self.owned.shard, self._p, self.events
-        producer = self.owned.producer
         for topic, run in wire.event_runs(events, now, topics.events_of, counts):  # a produce_batch a run
-            produce_run(producer, topic, run, p)
+            produce_run(self._tx(), topic, run, p)
         for a in dead:
             header = topics.header(DlqEntry, "dlq", a.tenant)
             value = wire.encode_dead_letter(a, shard.entries.get(a.schedule_id), shard, now, header)
@@ -281,22 +293,22 @@ class Checkpoint:
         self._at(PRODUCE)
         self.out = out
         now, p, topics = int(self.clock), self._p, self._registry.topics
-        self._wrote = self._wrote or bool(out.dispatch or out.events or out.completed or out.purged)
         again: list[DueOccurrence] = []
         if out.dispatch:
             self._failpoint.hit("before_produce")
             if self._registry.fault is not None:  # tests only (emission_faults.py); None otherwise
                 again = self._registry.fault.take(out.dispatch)
         stamp = wire.dispatch_stamp(int(self.clock * 1000))
-        producer, header_of = self.owned.producer, topics.dispatch_header
+        header_of = topics.dispatch_header
         rest = out.dispatch
         probe = self._registry.probe.on_delivery() if rest and self._registry.probe else None
         if probe is not None:  # the first record carries the clock probe (clock_probe.py)
             first, rest = rest[0], rest[1:]
             value = wire.encode_dispatch(first, stamp, header_of)
             self._produce_with(topics.of("dispatch", first.tenant), value, first.schedule_id.encode(), probe)
-        wire.produce_dispatch(rest, stamp, lambda t: topics.of("dispatch", t), header_of,
-                              partial(produce_run, producer), p)
+        if rest:
+            wire.produce_dispatch(rest, stamp, lambda t: topics.of("dispatch", t), header_of,
+                                  partial(produce_run, self._tx()), p)
         for occ in again:  # an emission fault's second copy, outside the transaction (tests only)
             assert self._registry.fault is not None
             value = wire.encode_dispatch(occ, stamp, header_of)
@@ -312,7 +324,7 @@ class Checkpoint:
             self._produce(topics.of("schedules", entry.tenant), None, key, p)
             self._produce(topics.of("versions", entry.tenant), None, key, p)
             self._produce(topics.state, None, key, p)
-        producer.poll(0)
+        self.owned.producer.poll(0)  # delivery callbacks (the clock probe's): no transaction needed
         if out.dispatch:
             self._failpoint.hit("after_produce")  # everything the tick produces is in the transaction
 
@@ -324,19 +336,16 @@ class Checkpoint:
         for sid, view in shard.runtime_changes():
             tenant = view and shard.entries[sid].tenant
             self._produce(t_state, wire_state.encode_runtime(sid, tenant or "", view, now), sid.encode(), p)
-            self._wrote = True
-        if self._wrote or self.clock - owned.last_state_write >= 1.0:
+        if self._begun or self.clock - owned.last_state_write >= 1.0:
             value = wire_state.encode_shard_state(shard, self.clock)
             self._produce(t_state, value, wire_state.shard_state_key(p), p)
             owned.last_state_write = self.clock
-            self._wrote = True
 
     def quota_demand(self, topic: str, key: bytes, value: bytes) -> None:
         """The shard's demand per tenant (:mod:`scheduler.processor.quota_feed`), in the tick's
         transaction: visible with the tick it reflects, never from a fenced owner."""
         self._at(STATE)
         self._produce(topic, value, key)
-        self._wrote = True
 
     # -- 4. send offsets ----------------------------------------------------------
     def send_offsets(self, consumer: Consumer) -> None:
@@ -356,8 +365,7 @@ class Checkpoint:
         self._at(COMMIT)
         if self.dispatched:
             self._failpoint.hit("before_commit")
-        if not self._wrote:
-            self.owned.producer.commit_transaction(30)  # empty: settled locally, nothing to wait for
+        if not self._begun:  # nothing written, no transaction: nothing to commit
             self._close()
             return False
         self._future = self._registry.submit(self._send_offsets_and_commit)
@@ -387,6 +395,8 @@ class Checkpoint:
             log.error("shard %d: producer fenced (%s): another processor owns it; dropping", self._p, err)
             return Loss.FENCED
         log.warning("shard %d: tick aborted: %s; restoring", self._p, err)
+        if not self._begun:  # no transaction to abort
+            return Loss.ABORTED
         try:
             self.owned.producer.abort_transaction(30)
         except KafkaException as again:
