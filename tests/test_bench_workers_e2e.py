@@ -79,6 +79,9 @@ def test_bench_workers_held_times_the_processor_applying_queued_reports(
     assert r["held_reports_per_s"] > 0 and r["held_processor_cpu_us_per_report"] > 0
     assert 0 <= r["held_first_move_s"] <= r["held_apply_s"]  # 300 reports: often one move, no steady rate
     assert r["held_steady_reports_per_s"] is None or r["held_steady_reports_per_s"] > 0
+    # timed by the events records written after the SIGCONT (300 reports: maybe one record)
+    assert r["held_resumed_at_ms"] > 0
+    assert r["held_events_span_s"] is None or r["held_events_span_s"] <= r["held_apply_s"] + 1
     bad = [sys.executable, "-m", "scheduler", "bench", "workers", "--held", "--json", str(tmp_path / "x")]
     refused = subprocess.run(bad, env=os.environ.copy(), capture_output=True, timeout=120)
     assert refused.returncode != 0 and b"give --drain too" in refused.stderr

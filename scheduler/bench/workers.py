@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
         topic_bytes,
         wait_restored,
     )
-    from scheduler.bench.workers_load import TENANT, dispatch_lags, load, pct
+    from scheduler.bench.workers_load import TENANT, dispatch_lags, events_rate, load, pct
     from scheduler.bench.workers_view import Sampler, plot
     from scheduler.kafka.clients import consumer
     from scheduler.subprocesses import stop_all
@@ -267,6 +267,8 @@ def _run(args: argparse.Namespace) -> int:
         reports.close()
         group.close()
     lag = dispatch_lags(settings, [due * 1000, second_ms] if n2 else [due * 1000])
+    if held:
+        held |= events_rate(settings, held["held_resumed_at_ms"])
     rows, distinct = _effects(args.store, db, tmp)
     succeeded = len(e2e) + len(e2e_second)
     lags = sorted(e2e.values())
@@ -382,6 +384,9 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
     records. Its rate and its CPU per report over the same span. ``held_steady_reports_per_s``:
     the rate between the first and the last move of the offsets, which leaves out the resume
     after SIGCONT (the client's reconnection, the first poll and commit: ~0.1 s, measured).
+    ``held_resumed_at_ms``: the SIGCONT's wall time, from which
+    :func:`scheduler.bench.workers_load.events_rate` times the apply by the processor's own
+    events records after the run (``held_events_reports_per_s``, ``held_events_span_s``).
     ``taken0``: the reports the processor had taken when it was stopped; ``queued_reports``:
     those the bench read after."""
     from scheduler.bench.common import cpu_seconds
@@ -399,7 +404,7 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
         print(f"warning: the processor was stopped {pause_s:.0f}s, near or past its {TXN_TIMEOUT_S}s "
               "transaction timeout: its figure may include a shard given up and restored")
     highs = sampler.highs()  # every report is on the topic: each poll below asks the group only
-    cpu0, t0 = cpu_seconds([proc.pid]), time.monotonic()
+    cpu0, t0, resumed_ms = cpu_seconds([proc.pid]), time.monotonic(), int(time.time() * 1000)
     proc.send_signal(signal.SIGCONT)
     sampler.stopped_at_taken = None
     last, t_last, cpu_last, quiet_from = queued, t0, cpu0, t0
@@ -440,6 +445,7 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
         "held_first_move_s": None if first is None else first[0] - t0,
         "held_steady_reports_per_s": after[0] / after[1] if after and after[1] > 0 else None,
         "held_processor_cpu_us_per_report": 1e6 * cpu_s / applied if applied else None,
+        "held_resumed_at_ms": resumed_ms,
     }
 
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 TENANT = "bw"
 # The apply rate falls as the processor's state grows, and other jobs share this machine's 2 cores.
@@ -118,35 +121,70 @@ def load(settings: Any, bursts: Iterable[tuple[int, float]], calibration: int, k
     return Load(due, rate, load_s, ahead)
 
 
-def dispatch_lags(settings: Any, instants_ms: list[int]) -> dict[int, list[float]]:
-    """Per scheduled instant: each occurrence's lag on the dispatch topic (the broker's append time
-    - ``available_at``), first record per occurrence, sorted. Read after the run (decoding during
-    it would take CPU from the processor on this 2-core machine)."""
+def read_topic(settings: Any, name: str, take: Callable[[Message], None]) -> None:
+    """Every committed record of the bench tenant's topic ``name``, all partitions from their start,
+    each to ``take`` (errors skipped). Read after the run (decoding during it would take CPU from
+    the processor on this 2-core machine)."""
     from confluent_kafka import TopicPartition
 
     from scheduler.kafka.clients import consumer
-    from scheduler.records import Occurrence, decode_fields
     from scheduler.topology import topic_name
 
     c = consumer(settings.kafka())
-    topic = topic_name(settings, "dispatch", TENANT)
+    topic = topic_name(settings, name, TENANT)
     tps = [TopicPartition(topic, p, 0) for p in range(settings.partitions)]
     ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
     c.assign(tps)
-    lags: dict[int, dict[str, float]] = {ms: {} for ms in instants_ms}
     try:
         # Positions, not the last record's offset: a transaction's commit marker ends each partition.
         while any(ends[tp.partition] > 0 and tp.offset < ends[tp.partition] for tp in c.position(tps)):
             for m in c.consume(10_000, 1.0):
-                if m.error() is not None:
-                    continue
-                r = decode_fields(m.value() or b"", Occurrence)
-                per = lags.get(r["scheduled_for_ms"])
-                if per is not None:
-                    per.setdefault(r["occurrence_id"], (m.timestamp()[1] - r["available_at_ms"]) / 1000)
+                if m.error() is None:
+                    take(m)
     finally:
         c.close()
+
+
+def dispatch_lags(settings: Any, instants_ms: list[int]) -> dict[int, list[float]]:
+    """Per scheduled instant: each occurrence's lag on the dispatch topic (the broker's append time
+    - ``available_at``), first record per occurrence, sorted."""
+    from scheduler.records import Occurrence, decode_fields
+
+    lags: dict[int, dict[str, float]] = {ms: {} for ms in instants_ms}
+
+    def take(m: Message) -> None:
+        r = decode_fields(m.value() or b"", Occurrence)
+        per = lags.get(r["scheduled_for_ms"])
+        if per is not None:
+            per.setdefault(r["occurrence_id"], (m.timestamp()[1] - r["available_at_ms"]) / 1000)
+
+    read_topic(settings, "dispatch", take)
     return {ms: sorted(per.values()) for ms, per in lags.items()}
+
+
+def events_rate(settings: Any, since_ms: int) -> dict[str, Any]:
+    """The processor's own pace through a held backlog, timed by its events records: each record's
+    timestamp is its ``produce()`` on the processor's clock, to the millisecond (the group offsets
+    the bench polls answer 50-500 ms late on a loaded broker: a fifth of a 2.5 s span). Of the
+    records written at or after ``since_ms``: the events after the first record, over the seconds
+    from the first record to the last."""
+    from scheduler.records import occurrence_events
+
+    stamped: list[tuple[int, int]] = []  # (timestamp ms, events in the record)
+
+    def take(m: Message) -> None:
+        ts = m.timestamp()[1]
+        if ts >= since_ms:
+            stamped.append((ts, len(occurrence_events(m.value() or b""))))
+
+    read_topic(settings, "occurrence-events", take)
+    if len(stamped) < 2:
+        return {"held_events_reports_per_s": None, "held_events_span_s": None}
+    stamped.sort()
+    span_s = (stamped[-1][0] - stamped[0][0]) / 1000
+    after_first = sum(n for _, n in stamped[1:])
+    return {"held_events_reports_per_s": after_first / span_s if span_s > 0 else None,
+            "held_events_span_s": span_s}
 
 
 def pct(sorted_vals: list[float], q: float) -> float | None:
