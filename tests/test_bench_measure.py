@@ -112,3 +112,15 @@ def test_bench_reports_applies_every_report_once_and_splits_its_cpu(
         assert len(figures["cpu_us_per_report_rounds"]) == 2 and figures["speed_probe_us_before"] > 0
         for stage in ("scan", "apply", "event_write"):
             assert figures[f"{stage}_cpu_us_per_report"] > 0
+
+
+def test_the_events_pace_leaves_out_every_record_of_the_first_millisecond() -> None:
+    """A tick writes its events in several records of one timestamp, after the work they count:
+    the first tick's records all mark the span's start, none of them counts inside it."""
+    from scheduler.bench.workers_load import pace
+
+    first_tick = [(1_000, 3_000), (1_000, 2_600)]  # one tick's events, split into two records
+    later = [(1_100, 3_000), (1_100, 2_600), (1_200, 5_600)]
+    rate, span_s = pace([*later, *first_tick])  # in any order
+    assert span_s == 0.2 and rate == 11_200 / 0.2
+    assert pace([]) == (None, None) and pace(first_tick) == (None, None)

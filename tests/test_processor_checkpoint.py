@@ -426,3 +426,18 @@ def test_events_go_in_batches_unless_the_setting_is_off_or_the_framing_is_conflu
     topics = Topics(Settings())
     topics.framer = Confluent()  # type: ignore[assignment]
     assert topics.events_of("a")[1:] == (b"\x00\x00\x00\x00\x07", b"")
+
+
+def test_a_tick_whose_dispatch_a_fault_drops_still_writes_its_state() -> None:
+    """A tick with dispatch records begins its transaction even when an emission fault (tests
+    only) drops every one: it writes the shard's state as any dispatching tick does."""
+    from scheduler.processor.emission_faults import EmissionFaults
+
+    producer = RecordingProducer()
+    cps = Checkpoints(Settings(), commit_threads=1)
+    cps.fault = EmissionFaults({"s0": "drop"})
+    owned = owned_shard(producer, schedules=1)
+    owned.last_state_write = float(T0 + 1)  # the shard state was written this second
+    tick(cps, owned, [], Points())
+    assert producer.calls == ["begin", "produce state", "commit"]
+    cps.shutdown()

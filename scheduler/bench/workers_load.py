@@ -166,8 +166,7 @@ def events_rate(settings: Any, since_ms: int) -> dict[str, Any]:
     """The processor's own pace through a held backlog, timed by its events records: each record's
     timestamp is its ``produce()`` on the processor's clock, to the millisecond (the group offsets
     the bench polls answer 50-500 ms late on a loaded broker: a fifth of a 2.5 s span). Of the
-    records written at or after ``since_ms``: the events after the first record, over the seconds
-    from the first record to the last."""
+    records written at or after ``since_ms``: :func:`pace`."""
     from scheduler.records import occurrence_events
 
     stamped: list[tuple[int, int]] = []  # (timestamp ms, events in the record)
@@ -178,13 +177,23 @@ def events_rate(settings: Any, since_ms: int) -> dict[str, Any]:
             stamped.append((ts, len(occurrence_events(m.value() or b""))))
 
     read_topic(settings, "occurrence-events", take)
-    if len(stamped) < 2:
-        return {"held_events_reports_per_s": None, "held_events_span_s": None}
-    stamped.sort()
-    span_s = (stamped[-1][0] - stamped[0][0]) / 1000
-    after_first = sum(n for _, n in stamped[1:])
-    return {"held_events_reports_per_s": after_first / span_s if span_s > 0 else None,
-            "held_events_span_s": span_s}
+    rate, span_s = pace(stamped)
+    return {"held_events_reports_per_s": rate, "held_events_span_s": span_s}
+
+
+def pace(stamped: list[tuple[int, int]]) -> tuple[float | None, float | None]:
+    """Events a second and the span in seconds, from ``(timestamp ms, events)`` per record: the
+    events of the records stamped after the first millisecond, over the seconds from it to the last
+    record's. Every record of the first millisecond is left out: a tick's events are written
+    together, in records of the same timestamp, after the work they count. (None, None) when the
+    records span no time."""
+    if not stamped:
+        return None, None
+    first = min(ts for ts, _ in stamped)
+    span_s = (max(ts for ts, _ in stamped) - first) / 1000
+    if span_s <= 0:
+        return None, None
+    return sum(n for ts, n in stamped if ts > first) / span_s, span_s
 
 
 def pct(sorted_vals: list[float], q: float) -> float | None:

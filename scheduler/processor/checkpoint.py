@@ -25,7 +25,7 @@ A :class:`Checkpoint` has one method per step, and a step cannot run after a lat
    :meth:`Checkpoint.join` waits for it (then failpoint ``after_commit``).
 
 A ``KafkaException`` from any step goes to :meth:`Checkpoint.fail`: it aborts the
-transaction (or, fenced, leaves it to the next owner) and says how the shard is
+transaction if one was begun (or, fenced, leaves it to the next owner) and says how the shard is
 given up (:class:`scheduler.processor.ownership.Loss`). Nothing of the tick becomes visible.
 
 No transaction is open across a poll or a rebalance callback: :class:`Checkpoints`
@@ -295,6 +295,7 @@ class Checkpoint:
         now, p, topics = int(self.clock), self._p, self._registry.topics
         again: list[DueOccurrence] = []
         if out.dispatch:
+            self._tx()  # begun even if an emission fault drops every record: the tick writes its state
             self._failpoint.hit("before_produce")
             if self._registry.fault is not None:  # tests only (emission_faults.py); None otherwise
                 again = self._registry.fault.take(out.dispatch)
@@ -394,9 +395,10 @@ class Checkpoint:
         if err.fatal() or err.code() in _FENCED_CODES:
             log.error("shard %d: producer fenced (%s): another processor owns it; dropping", self._p, err)
             return Loss.FENCED
-        log.warning("shard %d: tick aborted: %s; restoring", self._p, err)
-        if not self._begun:  # no transaction to abort
+        if not self._begun:
+            log.warning("shard %d: tick failed before its first write: %s; restoring", self._p, err)
             return Loss.ABORTED
+        log.warning("shard %d: tick aborted: %s; restoring", self._p, err)
         try:
             self.owned.producer.abort_transaction(30)
         except KafkaException as again:

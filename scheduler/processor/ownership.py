@@ -22,8 +22,9 @@ Give up (revoked, lost, a failed tick, a fenced producer, a record that hit a bu
 5. drop: close the shard and forget it; flush its producer unless it is kept; a
    revoked or lost shard's inputs are unassigned with it.
    No transaction is open: the rebalance callbacks assert it, and every other
-   caller has just committed or aborted the shard's checkpoint (or its producer
-   is fenced, and nothing it wrote can become visible);
+   caller has just committed or aborted the shard's checkpoint, or closed it before
+   its first write began one (or its producer is fenced, and nothing it wrote can
+   become visible);
 6. then, by why: revoked, lost or stopping: nothing more (whoever gets the shard
    fences us at its step 1). Rebuild (the tick aborted, or a record hit a bug and
    its answer is committed): steps 2-4 with the same producer (a new

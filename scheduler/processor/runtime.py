@@ -392,7 +392,7 @@ class Processor:
     def _tick(self, owned: OwnedShard, msgs: list[Message], clock: float) -> Checkpoint | None:
         """Steps 1-5 of shard p's checkpoint (DESIGN.md §4). Returns it while its commit runs
         on the commit thread (the loop goes on to the next shard; :meth:`_join` before the
-        next poll); None when it is closed already (committed empty, or failed)."""
+        next poll); None when it is closed already (nothing written, so no transaction; or failed)."""
         assert self.consumer is not None
         now = int(clock)
         cp = self.checkpoints.open(owned, msgs, clock, self.failpoint)
