@@ -76,7 +76,9 @@ def test_bench_workers_held_times_the_processor_applying_queued_reports(
     # the worker's fast finals go a batch to a record; no transactional writer: no markers
     assert 0 < r["held_records_applied"] == r["held_records_queued"] < 300
     assert 0 < r["held_pause_s"] < 25  # well within the processor's 30 s transaction timeout
-    assert r["held_reports_per_s"] > 0 and r["held_processor_cpu_us_per_report"] > 0
+    assert r["held_reports_per_s"] > 0
+    # CPU is read in 10 ms ticks; 300 reports take ~2 ms: None when it read no tick (CI once did)
+    assert r["held_processor_cpu_us_per_report"] is None or r["held_processor_cpu_us_per_report"] > 0
     assert 0 <= r["held_first_move_s"] <= r["held_apply_s"]  # 300 reports: often one move, no steady rate
     assert r["held_steady_reports_per_s"] is None or r["held_steady_reports_per_s"] > 0
     # timed by the events records written after the SIGCONT (300 reports: maybe one record)

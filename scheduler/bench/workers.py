@@ -446,7 +446,9 @@ def _apply_held(proc: subprocess.Popen[bytes], sampler: Any, stopped_at: float, 
         "held_reports_per_s": applied / span if span > 0 else None,
         "held_first_move_s": None if first is None else first[0] - t0,
         "held_steady_reports_per_s": after[0] / after[1] if after and after[1] > 0 else None,
-        "held_processor_cpu_us_per_report": 1e6 * cpu_s / applied if applied else None,
+        # the kernel counts CPU in clock ticks (10 ms): a short apply (300 reports, ~2 ms) may read
+        # 0, which is no figure, not a free apply
+        "held_processor_cpu_us_per_report": 1e6 * cpu_s / applied if applied and cpu_s > 0 else None,
         "held_resumed_at_ms": resumed_ms,
     }
 
