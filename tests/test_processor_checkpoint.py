@@ -3,6 +3,7 @@ rebalance callback (unit tests: a recording producer and consumer, no Kafka)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -272,6 +273,36 @@ def test_the_loop_tells_the_heaps_settle_whether_shards_are_behind(monkeypatch: 
     proc.tick_budget = 10
     proc._loop_once()  # the other two: caught up
     assert settles == [True, False]
+    proc.checkpoints.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("clock", "due_in", "max_bytes"),
+    [
+        (T0 - 30.0, 30.0, runtime.POLL_BYTES_CLEAR),  # nothing due for a while: a backlog goes faster
+        (T0 - runtime.CLEAR_S, runtime.CLEAR_S, runtime.POLL_BYTES_CLEAR),
+        (T0 - 0.5, 0.5, runtime.POLL_BYTES),  # due soon: the poll's ticks must not hold it back
+        (T0 + 1.0, 0.0, runtime.POLL_BYTES),  # due now (a burst, a shard behind)
+    ],
+)
+def test_a_poll_takes_more_only_while_nothing_is_due_within_a_second(
+    clock: float, due_in: float, max_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = processor_with_due(RecordingProducer(), 10, clock=lambda: clock)
+    polls: list[tuple[float, int]] = []
+    monkeypatch.setattr(proc, "_poll", lambda timeout, max_bytes: polls.append((timeout, max_bytes)) or [])
+    monkeypatch.setattr(proc.ownership.standby, "follow", lambda owned: None)
+    monkeypatch.setattr(proc.ownership.standby, "poll", lambda budget_s: None)
+    monkeypatch.setattr(proc, "_prepare_ahead", lambda idle_s: idle_s)  # the poll gets the whole wait
+    assert proc._due_in() == due_in
+    proc._loop_once()
+    assert polls == [(min(0.1, due_in), max_bytes)]  # and it waits no longer than the next tick
+    proc.checkpoints.shutdown()
+
+
+def test_with_no_work_due_a_poll_takes_the_larger_size() -> None:
+    proc = Processor(Settings(), tenants=TENANTS)
+    assert proc._due_in() == math.inf and runtime.poll_bytes(proc._due_in()) == runtime.POLL_BYTES_CLEAR
     proc.checkpoints.shutdown()
 
 

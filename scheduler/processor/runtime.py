@@ -55,12 +55,24 @@ POLL_BATCH = 5000  # records taken per poll at most
 # poll's work, and a burst's reports would hold its emission for seconds. The poll takes chunks
 # sized from the largest record of this poll and the previous one (RecordSizes, _more).
 POLL_BYTES = 640_000
+# While no owned shard has work due within CLEAR_S, a poll takes up to POLL_BYTES_CLEAR: a backlog
+# of reports is then applied in a quarter of the loop iterations, each of which ends waiting for
+# its last commit (a held backlog's loop waited 10-11 % of its time instead of 16-21 %,
+# docs/decisions.md). Such a poll's ticks take ~100 ms, well before anything falls due.
+POLL_BYTES_CLEAR = 2_560_000
+CLEAR_S = 1.0
 FIRST_CHUNK = 8
 FETCH_PARTITION_BYTES = 4 << 20  # a fetch's bytes per partition (librdkafka's default: 1 MB)
 # A poll bringing this many records is a stream worth batching (command_linger_ms): 64 API clients
 # bring ~25 a poll, one client sending command after command brings one.
 LINGER_MIN_RECORDS = 16
 WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million schedules
+
+
+def poll_bytes(due_in_s: float) -> int:
+    """The bytes a poll takes at most (about: :func:`_more`) when the soonest work of the owned
+    shards is due in ``due_in_s`` seconds (0: due now or behind; ``math.inf``: nothing)."""
+    return POLL_BYTES_CLEAR if due_in_s >= CLEAR_S else POLL_BYTES
 
 
 class RecordSizes:
@@ -290,7 +302,9 @@ class Processor:
         self.checkpoints.topics.frame_tenants(self.tenants)  # a new tenant's subjects, before its records
         self.quotas.poll(self.owned, self.clock())  # never blocks: the other shards' demand
         by_partition: dict[int, list[Message]] = defaultdict(list)
-        for m in self._poll(self._prepare_ahead(self._poll_timeout())):
+        due_in = self._due_in()
+        timeout = min(self.settings.tick_interval_ms / 1000, due_in)  # the next tick, or the due work
+        for m in self._poll(self._prepare_ahead(timeout), poll_bytes(due_in)):
             err = m.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -342,13 +356,13 @@ class Processor:
             self._join(cp)
         return bool(full)
 
-    def _poll(self, timeout: float) -> list[Message]:
+    def _poll(self, timeout: float, max_bytes: int = POLL_BYTES) -> list[Message]:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
         assert self.consumer is not None
         self.checkpoints.assert_none_open("poll")
         got, self._last_batch_at = take_records(
             self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000,
-            sizes=self._sizes,
+            max_bytes=max_bytes, sizes=self._sizes,
         )
         return got
 
@@ -369,11 +383,11 @@ class Processor:
                     break
         return max(0.0, idle_s - (time.monotonic() - started))
 
-    def _poll_timeout(self) -> float:
-        """Until the next tick, or sooner when a shard has work due before it."""
-        tick = self.settings.tick_interval_ms / 1000
+    def _due_in(self) -> float:
+        """Seconds until the soonest work of the owned shards is due: a dispatch, a retry, a
+        throttled catch-up's next turn (0 when due now or behind; ``math.inf`` when none)."""
         now = self._emit_clock(self.clock())
-        soonest = tick
+        soonest = math.inf
         for owned in self.owned.values():
             wait = owned.shard.catch_up_wait_s(now)
             if wait is not None:  # throttled catch-up: wake when its quota allows one more
