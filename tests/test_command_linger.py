@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.processor.runtime import (
+    FIRST_CHUNK,
     LINGER_MIN_RECORDS,
     POLL_BYTES,
     RecordSizes,
@@ -165,3 +166,14 @@ def test_a_poll_takes_about_its_bytes_of_large_records_and_all_its_count_of_smal
     assert len(got) <= 248 + 256  # one chunk over (twice the last) when large follow small
     got = _take(mixed, 0.1, time.monotonic(), 0.0, max_bytes=640_000, sizes=fresh)[0]
     assert len(got) <= 3  # known now
+
+
+def test_a_poll_ends_when_a_shard_is_assigned_during_it() -> None:
+    """``stop`` (the processor's: a shard assigned in a rebalance callback) ends the poll after
+    the chunk it came with: the new shard is usually due at once, its records come next poll."""
+    calls = _Calls(_Arrivals([0.0] * 100))
+    time.sleep(0.002)
+    got, _ = take_records(calls, 0.1, -1e9, 0.04, stop=lambda: calls.n >= 1)  # type: ignore[arg-type]
+    assert len(got) == FIRST_CHUNK and calls.n == 1
+    rest, _ = take_records(calls.c, 0.1, -1e9, 0.04)  # type: ignore[arg-type]
+    assert len(rest) == 100 - FIRST_CHUNK  # nothing lost: the next poll takes the rest

@@ -280,7 +280,8 @@ def test_the_loop_tells_the_heaps_settle_whether_shards_are_behind(monkeypatch: 
     ("clock", "due_in", "max_bytes"),
     [
         (T0 - 30.0, 30.0, runtime.POLL_BYTES_CLEAR),  # nothing due for a while: a backlog goes faster
-        (T0 - runtime.CLEAR_S, runtime.CLEAR_S, runtime.POLL_BYTES_CLEAR),
+        (T0 - 2.0, 2.0, runtime.POLL_BYTES_CLEAR),
+        (T0 - 1.05, 1.05, runtime.POLL_BYTES),  # due within a second of the poll's end (its 0.1 s wait)
         (T0 - 0.5, 0.5, runtime.POLL_BYTES),  # due soon: the poll's ticks must not hold it back
         (T0 + 1.0, 0.0, runtime.POLL_BYTES),  # due now (a burst, a shard behind)
     ],
@@ -289,20 +290,32 @@ def test_a_poll_takes_more_only_while_nothing_is_due_within_a_second(
     clock: float, due_in: float, max_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proc = processor_with_due(RecordingProducer(), 10, clock=lambda: clock)
+    assert proc._due_in() == pytest.approx(due_in)
+    assert loop_polls(proc, monkeypatch) == [(min(0.1, due_in), max_bytes)]  # waiting no longer than a tick
+    proc.checkpoints.shutdown()
+
+
+def loop_polls(proc: Processor, monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
+    """The (timeout, max_bytes) of the polls of one ``_loop_once`` of ``proc``."""
     polls: list[tuple[float, int]] = []
     monkeypatch.setattr(proc, "_poll", lambda timeout, max_bytes: polls.append((timeout, max_bytes)) or [])
     monkeypatch.setattr(proc.ownership.standby, "follow", lambda owned: None)
     monkeypatch.setattr(proc.ownership.standby, "poll", lambda budget_s: None)
     monkeypatch.setattr(proc, "_prepare_ahead", lambda idle_s: idle_s)  # the poll gets the whole wait
-    assert proc._due_in() == due_in
     proc._loop_once()
-    assert polls == [(min(0.1, due_in), max_bytes)]  # and it waits no longer than the next tick
-    proc.checkpoints.shutdown()
+    return polls
 
 
-def test_with_no_work_due_a_poll_takes_the_larger_size() -> None:
-    proc = Processor(Settings(), tenants=TENANTS)
-    assert proc._due_in() == math.inf and runtime.poll_bytes(proc._due_in()) == runtime.POLL_BYTES_CLEAR
+@pytest.mark.parametrize("schedules", [None, 0], ids=["no-shard", "empty-shard"])
+def test_with_no_work_due_a_poll_waits_a_tick_and_takes_the_larger_size(
+    schedules: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = Processor(Settings(), tenants=TENANTS, clock=lambda: float(T0))
+    proc.consumer = RecordingConsumer()  # type: ignore[assignment]
+    if schedules is not None:
+        proc.ownership.owned[0] = owned_shard(RecordingProducer(), schedules=schedules)
+    assert proc._due_in() == math.inf
+    assert loop_polls(proc, monkeypatch) == [(0.1, runtime.POLL_BYTES_CLEAR)]
     proc.checkpoints.shutdown()
 
 

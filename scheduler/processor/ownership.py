@@ -113,6 +113,7 @@ class Ownership:
         self.group_id = f"{settings.namespace}.processor"
         self.consumer: Consumer | None = None
         self._rejoin = False
+        self.assignments = 0  # assignments taken so far: one during a poll ends the poll (runtime)
         self._followed: frozenset[str] = frozenset()  # the tenants whose commands topics are read
         self.standby = Standby(settings, self._new_shard, metrics)  # warm copies of the shards not owned
 
@@ -175,6 +176,7 @@ class Ownership:
         self._restore(producers, started)
         # 4. resume (an offset-less partition starts at the group's committed offset).
         consumer.incremental_assign(partitions + self.inputs(sorted(producers)))
+        self.assignments += 1
 
     def _fence(self, shards: list[int]) -> dict[int, Producer]:
         """Step 1 for ``shards``, all at once: ``init_transactions`` mostly waits (the client's

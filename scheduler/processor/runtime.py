@@ -55,10 +55,12 @@ POLL_BATCH = 5000  # records taken per poll at most
 # poll's work, and a burst's reports would hold its emission for seconds. The poll takes chunks
 # sized from the largest record of this poll and the previous one (RecordSizes, _more).
 POLL_BYTES = 640_000
-# While no owned shard has work due within CLEAR_S, a poll takes up to POLL_BYTES_CLEAR: a backlog
-# of reports is then applied in a quarter of the loop iterations, each of which ends waiting for
-# its last commit (a held backlog's loop waited 10-11 % of its time instead of 16-21 %,
-# docs/decisions.md). Such a poll's ticks take ~100 ms, well before anything falls due.
+# While no owned shard has work due within CLEAR_S of the poll's end, a poll takes up to
+# POLL_BYTES_CLEAR: a backlog of reports is then applied in a quarter of the loop iterations, each
+# of which ends waiting for its last commit (a held backlog's loop waited 10-11 % of its time
+# instead of 16-21 %, docs/decisions.md). Applying 2.56 MB of reports took ~70-100 ms of ticks;
+# of commands, POLL_BATCH bounds it as before. A shard assigned during the poll ends it
+# (Ownership.assignments): it is usually due at once (a failover).
 POLL_BYTES_CLEAR = 2_560_000
 CLEAR_S = 1.0
 FIRST_CHUNK = 8
@@ -71,7 +73,8 @@ WARM_UP_TIMEOUT_S = 600.0  # the shards read before joining: ~17 s per million s
 
 def poll_bytes(due_in_s: float) -> int:
     """The bytes a poll takes at most (about: :func:`_more`) when the soonest work of the owned
-    shards is due in ``due_in_s`` seconds (0: due now or behind; ``math.inf``: nothing)."""
+    shards is due ``due_in_s`` seconds after the poll's wait (0: due by then or behind;
+    ``math.inf``: nothing)."""
     return POLL_BYTES_CLEAR if due_in_s >= CLEAR_S else POLL_BYTES
 
 
@@ -107,7 +110,7 @@ def linger_until(got: int, last_batch_at: float, linger_s: float, deadline: floa
 
 def take_records(
     consumer: Consumer, timeout: float, last_batch_at: float, linger_s: float, batch: int = POLL_BATCH,
-    max_bytes: int = POLL_BYTES, sizes: RecordSizes | None = None,
+    max_bytes: int = POLL_BYTES, sizes: RecordSizes | None = None, stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[Message], float]:
     """The records of one poll, at most ``batch`` and about ``max_bytes`` (:func:`_more`),
     and the new ``last_batch_at`` (the monotonic end of this poll if it brought any, else
@@ -122,7 +125,7 @@ def take_records(
     sizes = sizes or RecordSizes()
     sizes.next_poll()
     got: list[Message] = []
-    size = _more(consumer, got, batch, max_bytes, 0, 0.0, sizes)
+    size = _more(consumer, got, batch, max_bytes, 0, 0.0, sizes, stop)
     if not got:
         if timeout <= 0:
             return got, last_batch_at
@@ -131,23 +134,23 @@ def take_records(
             return [], last_batch_at
         got = [first]
         sizes.current = len(first.value() or b"")
-        size = _more(consumer, got, batch, max_bytes, sizes.current, 0.0, sizes)
+        size = _more(consumer, got, batch, max_bytes, sizes.current, 0.0, sizes, stop)
     until = linger_until(len(got), last_batch_at, linger_s, started + timeout)
-    while len(got) < batch and size < max_bytes and (left := until - time.monotonic()) > 0.001:
-        size = _more(consumer, got, batch, max_bytes, size, left, sizes)
+    while len(got) < batch and size < max_bytes and (left := until - time.monotonic()) > 0.001 and not stop():
+        size = _more(consumer, got, batch, max_bytes, size, left, sizes, stop)
     return got, time.monotonic()
 
 
 def _more(
     consumer: Consumer, got: list[Message], batch: int, max_bytes: int, size: int, wait: float,
-    sizes: RecordSizes,
+    sizes: RecordSizes, stop: Callable[[], bool],
 ) -> int:
     """Append to ``got`` what is fetched, a chunk at a time (the first waiting up to ``wait`` s
     for its records), until ``batch`` records or ``max_bytes``; returns the bytes in ``got``. A
     chunk is as many records as fit if each were as large as the largest yet (of the previous
     poll too, for a poll's first chunk: ``sizes``), and at most twice the last chunk."""
     n = FIRST_CHUNK
-    while len(got) < batch and size < max_bytes:
+    while len(got) < batch and size < max_bytes and not stop():
         largest = sizes.current if len(got) > 1 else sizes.largest()
         if largest:
             n = max(1, min(n, (max_bytes - size) // largest))
@@ -238,11 +241,15 @@ class Processor:
                 # command waits the 10 ms; an idle consumer fetches as often as before.
                 "fetch.wait.max.ms": 10,
                 "fetch.min.bytes": 16_384,
-                "queued.max.messages.kbytes": 16_384,  # prefetch bounded: it is resident memory
+                # The prefetch is resident memory: librdkafka fetches again while its queue holds
+                # less than this, so it holds this plus at most one fetch response per broker.
+                "queued.max.messages.kbytes": 16_384,
+                # a response, whatever the tenants and shards (librdkafka's implicit bound, explicit)
+                "fetch.max.bytes": 16 << 20,
                 # A worker's AttemptReports record is ~100 kB: at the default 1 MB a partition, a
                 # fetch brought ~9 records a partition, and a held backlog's loop polled nothing
-                # in up to 10 % of its time; 4 MB took the held rate from ~165,000 to ~209,000
-                # reports a second (docs/decisions.md). The prefetch stays bounded by the line above.
+                # in 2-15 % of its time; 4 MB took the held rate from ~165,000 to ~209,000
+                # reports a second (docs/decisions.md).
                 "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
                 "client.id": f"ksched-processor-{self.instance_id}",
             },
@@ -304,7 +311,7 @@ class Processor:
         by_partition: dict[int, list[Message]] = defaultdict(list)
         due_in = self._due_in()
         timeout = min(self.settings.tick_interval_ms / 1000, due_in)  # the next tick, or the due work
-        for m in self._poll(self._prepare_ahead(timeout), poll_bytes(due_in)):
+        for m in self._poll(self._prepare_ahead(timeout), poll_bytes(due_in - timeout)):
             err = m.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -360,9 +367,10 @@ class Processor:
         """The loop's only poll (rebalance callbacks run inside it): never with a transaction open."""
         assert self.consumer is not None
         self.checkpoints.assert_none_open("poll")
+        assigned = self.ownership.assignments
         got, self._last_batch_at = take_records(
             self.consumer, timeout, self._last_batch_at, self.settings.command_linger_ms / 1000,
-            max_bytes=max_bytes, sizes=self._sizes,
+            max_bytes=max_bytes, sizes=self._sizes, stop=lambda: self.ownership.assignments != assigned,
         )
         return got
 
