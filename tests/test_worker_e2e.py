@@ -35,7 +35,7 @@ from scheduler.worker import (
 
 pytestmark = pytest.mark.kafka
 
-TENANTS = ("wk-run", "wk-fail", "wk-bad", "wk-cancel", "wk-coop", "wk-gc", "wk-parts")
+TENANTS = ("wk-run", "wk-fail", "wk-bad", "wk-cancel", "wk-coop", "wk-gc", "wk-parts", "wk-release")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,32 @@ def cluster(kafka_settings: Settings) -> Iterator[Settings]:
 
 class Flaky(RetryableError):
     pass
+
+
+def live_producers() -> int:
+    """The producers alive in this process (librdkafka clients, each with its threads), once
+    unreachable ones are collected: what a kept worker still reaches is counted."""
+    from confluent_kafka import Producer
+
+    gc.collect()
+    return sum(isinstance(o, Producer) for o in gc.get_objects())
+
+
+def test_a_stopped_worker_that_its_caller_keeps_holds_no_producer(cluster: Settings) -> None:
+    """Once ``run`` returns, the worker's producer is released even though the worker object lives
+    on (an embedding service keeps it; a ``gc.freeze()`` would make a cycle through it permanent).
+    Before, such workers' producers went on dialling the broker after it stopped."""
+    tenant = "wk-release"
+    handlers = Handlers()
+    handlers.register("h")(lambda ctx: None)
+    version(cluster, tenant, "s-one", 1, "ACTIVE")
+    dispatch(cluster, tenant, occ(tenant, "s-one"))  # the shared test producer exists from here on
+    before = live_producers()
+    with reports(cluster, tenant) as rep, running(cluster, tenant, handlers) as w:
+        rep.until(lambda _: len(rep.finals()) == 1)  # its producer has sent a report
+        assert live_producers() == before + 1
+    assert w.assigned == set()
+    assert live_producers() == before, "the stopped worker still holds its producer"
 
 
 def test_freeze_gc_freezes_the_filled_view_before_anything_runs_and_the_worker_runs_as_ever(
@@ -281,6 +307,8 @@ def test_a_commands_topic_with_another_partition_count_is_a_config_error(cluster
         f.result(timeout=30)
     w = Worker(cluster, tenant="wk-parts", handlers={})
     dispatch = topic_name(cluster, "dispatch", "wk-parts")
+    before = live_producers()
     with pytest.raises(WorkerConfigError, match=rf"{dispatch} has {cluster.partitions} partitions and "
                                                 rf"{commands} {grown}.*ksched repartition"):
         w.run()
+    assert live_producers() == before, "the refused worker made a producer and kept it"

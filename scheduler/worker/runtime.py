@@ -222,16 +222,7 @@ class Worker:
 
     def _start_clients(self) -> Intake:
         client_id = f"ksched-worker-{self.worker_id}"
-        prod = producer(self.conn, **{"client.id": client_id})
-        reporter = Reporter(prod, topic_name(self.settings, "commands", self.tenant), self.worker_id)
-        self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
-        finals: FinalReports[Job] = FinalReports(reporter, self._done)
-        executor = Executor(
-            handlers=self.handlers, view=self.view, reporter=reporter, heartbeats=beats,
-            metrics=self.metrics, concurrency=self.concurrency, finals=finals,
-        )
-        fast = FastRunner(handlers=self.handlers, view=self.view, reporter=reporter, finals=finals,
-                          metrics=self.metrics, batch_reports=self.batch_reports)
+        commands = topic_name(self.settings, "commands", self.tenant)
         cfg = consumer_config(
             self.conn,
             self.group_id,
@@ -247,10 +238,20 @@ class Worker:
         )
         cons = Consumer(cfg)
         try:
-            _same_partition_count(cons, self.topic, reporter.topic, self.tenant)
+            _same_partition_count(cons, self.topic, commands, self.tenant)
         except WorkerConfigError:
             cons.close()
             raise
+        prod = producer(self.conn, **{"client.id": client_id})  # made once the topics are known good
+        reporter = Reporter(prod, commands, self.worker_id)
+        self._beats = beats = Heartbeats(reporter, self.heartbeat_s)
+        finals: FinalReports[Job] = FinalReports(reporter, self._done)
+        executor = Executor(
+            handlers=self.handlers, view=self.view, reporter=reporter, heartbeats=beats,
+            metrics=self.metrics, concurrency=self.concurrency, finals=finals,
+        )
+        fast = FastRunner(handlers=self.handlers, view=self.view, reporter=reporter, finals=finals,
+                          metrics=self.metrics, batch_reports=self.batch_reports)
         self._intake = intake = Intake(
             consumer=cons, producer=prod, executor=executor, fast=fast, metrics=self.metrics,
             topic=self.topic, tenant=self.tenant, worker_id=self.worker_id, revoke_wait_s=self.grace_s,
@@ -284,6 +285,11 @@ class Worker:
         if self._beats is not None:
             self._beats.stop()
         intake.close()
+        # The clients go with their last reference: a stopped worker that its caller keeps (an
+        # embedding service, a test) or that a gc.freeze() made uncollectable holds no producer,
+        # its librdkafka threads or its connections. The handlers' callbacks held the executor.
+        self.view.set_on_change(None)
+        self._intake = self._beats = None
         if abandoned:
             log.warning("worker %s: %d handlers still running after the grace: their offsets stay "
                         "uncommitted and will be redelivered", self.worker_id, abandoned)
