@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.records import Occurrence, current_schema, decode, encode
-from scheduler.records.dispatch import avro_long, dispatch_ids, dispatch_record, dispatch_run, lane_index
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, dispatch_run, lane_index
 from scheduler.vocabulary import Lane
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -50,9 +50,9 @@ def test_header_ids_run_stamp_tail_equal_the_encoded_record(
         handler=handler, payload=payload, deadline_ms=deadline,
     )
     header = current_schema(Occurrence).header
-    ids, run = dispatch_ids(oid, sid), dispatch_run(tenant, version, sf, sf + jitter)
-    value = dispatch_record(header, ids, run, avro_long(enq), attempt, lane_index(lane), handler, payload,
-                            deadline)
+    head, run = dispatch_head(oid, sid), dispatch_run(tenant, version, sf, sf + jitter)
+    value = dispatch_record(header, head, sid.encode(), run, avro_long(enq), attempt, lane_index(lane),
+                            handler, payload, deadline)
     assert value == encode(rec)
     assert decode(value, Occurrence) == rec
 
@@ -132,7 +132,7 @@ def test_produce_dispatch_writes_each_occurrence_as_encode_dispatch_does(
         sid, f, version = f"s-{i}", 1_800_000_000 + i // 4, 4 if i % 5 == 0 else 3  # runs of equal f
         avail = f + (i % 2) * (i % 7)
         o = DueOccurrence(sid, tenant, version, f, avail, int(lane), f"h{i}", payload, attempt)
-        occs.append(o._replace(prepared=dispatch_ids(o.occurrence_id, sid)) if prepared else o)
+        occs.append(o._replace(prepared=dispatch_head(o.occurrence_id, sid)) if prepared else o)
     sent: list[tuple[str, list[dict[str, bytes]], int]] = []
 
     def send(topic: str, messages: list[dict[str, bytes]], partition: int) -> None:

@@ -177,11 +177,11 @@ def _called(fn: Any, value: bytes) -> object:
 def test_compiled_dispatch_writers_equal_their_source(occ: Occurrence) -> None:
     pure, compiled = importlib.import_module(FAST), native.load(FAST)
     ids = (occ.occurrence_id, occ.schedule_id)
-    assert compiled.occurrence_ids(*ids) == pure.occurrence_ids(*ids)
+    assert compiled.occurrence_head(*ids) == pure.occurrence_head(*ids)
     run = (occ.tenant, occ.version, occ.scheduled_for_ms, occ.available_at_ms)
     assert compiled.occurrence_run(*run) == pure.occurrence_run(*run)
     tail = (max(occ.attempt, 1), 2, occ.handler, occ.payload, occ.deadline_ms)  # attempts count from 1
-    pieces = (b"H", b"ids", b"run", pure.avro_long(occ.enqueued_at_ms))
+    pieces = (b"H", b"head", occ.schedule_id.encode(), b"run", pure.avro_long(occ.enqueued_at_ms))
     assert compiled.occurrence_record(*pieces, *tail) == pure.occurrence_record(*pieces, *tail)
     for fn in (compiled.occurrence_record, pure.occurrence_record):
         with pytest.raises(ValueError, match="field attempt: 0"):

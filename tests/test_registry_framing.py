@@ -32,7 +32,7 @@ from scheduler.records import (
     record_type,
     schema_ids,
 )
-from scheduler.records.dispatch import avro_long, dispatch_ids, dispatch_record, dispatch_run, lane_index
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, dispatch_run, lane_index
 from scheduler.records.errors import RecordDecodeError
 from scheduler.records.framer import Framer
 from scheduler.records.framing import (
@@ -112,7 +112,7 @@ def test_backward_compatibility_is_enforced_by_the_registry(schema_registry: str
 def test_confluents_avro_deserializer_reads_a_ksched_dispatch_record(schema_registry: str) -> None:
     topic = f"t{uuid.uuid4().hex[:8]}.dispatch.acme"
     schema_id = RegistryClient(url=schema_registry).register(subject_for(topic), _current("Occurrence"))
-    value = dispatch_record(current_schema(Occurrence).header, dispatch_ids("o-1", "s-1"),
+    value = dispatch_record(current_schema(Occurrence).header, dispatch_head("o-1", "s-1"), b"s-1",
                             dispatch_run("acme", 3, 1_798_761_600_000, 1_798_761_600_250),
                             avro_long(1_798_761_600_300), 2, lane_index("FLEXIBLE"), "greet", b"\x00hi\xff",
                             None)
@@ -139,7 +139,7 @@ def registry_at() -> Iterator[Callable[[str], None]]:
 
 
 def _occurrence() -> Occurrence:
-    value = dispatch_record(current_schema(Occurrence).header, dispatch_ids("o-2", "s-2"),
+    value = dispatch_record(current_schema(Occurrence).header, dispatch_head("o-2", "s-2"), b"s-2",
                             dispatch_run("acme", 1, 1_798_761_600_000, 1_798_761_600_000),
                             avro_long(1_798_761_600_100), 1, lane_index("STRICT"), "h", b"p", None)
     return decode(value, Occurrence)

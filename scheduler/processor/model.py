@@ -184,8 +184,8 @@ class Entry:
 
     ``armed_at`` is the index bucket (``available_at``, epoch s) it waits in, or
     None; ``next_for`` is the ``scheduled_for`` (epoch s) of that occurrence.
-    ``prepared`` caches the ids of that occurrence's dispatch record
-    (:func:`scheduler.records.dispatch.dispatch_ids`), encoded ahead of time.
+    ``prepared`` caches the head of that occurrence's dispatch record
+    (:func:`scheduler.records.dispatch.dispatch_head`), encoded ahead of time.
     The full spec is not stored: :meth:`spec` rebuilds it from the shared
     ``parts.base`` and the entry's own ``payload``.
 
@@ -310,7 +310,7 @@ class DueOccurrence(NamedTuple):
     thousands). Its record on the wire is :class:`scheduler.records.Occurrence`; the two names
     differ so that a reader never takes one for the other.
 
-    ``prepared`` is the ids of its dispatch record when they were encoded ahead of time.
+    ``prepared`` is its dispatch record's head when it was encoded ahead of time.
     """
 
     schedule_id: str

@@ -24,7 +24,7 @@ from scheduler.records import (
     report_scan,
     schema_header,
 )
-from scheduler.records.dispatch import avro_long, dispatch_ids, dispatch_record, dispatch_run, lane_index
+from scheduler.records.dispatch import avro_long, dispatch_head, dispatch_record, dispatch_run, lane_index
 from scheduler.vocabulary import CommandStatus, Lane, LaneSymbol, RejectCode, lane_symbol
 
 if TYPE_CHECKING:  # the type only: no Kafka here
@@ -50,15 +50,18 @@ def lit(value: str) -> Any:
 
 
 def prepare_ids(entries: Iterable[Entry]) -> None:
-    """Encode, ahead of time, the ids of each armed entry's next dispatch record (its
-    occurrence id, a hash, and its schedule id: :func:`scheduler.records.dispatch.dispatch_ids`).
-    The rest of the record is shared by the occurrences due together, or known only when it fires."""
+    """Encode, ahead of time, the head of each armed entry's next dispatch record: its occurrence id
+    (a hash) and its schedule id's length (:func:`scheduler.records.dispatch.dispatch_head`). The
+    schedule id's bytes are the record's key, written as it fires; the rest is shared by the
+    occurrences due together, or known only then. What is kept per schedule until its instant is
+    a burst's peak memory: 80 B for a 32-character id, where both ids took 112 (docs/decisions.md,
+    "only a dispatch record's head is prepared ahead", session 31)."""
     for e in entries:
         f = e.next_for
         if f is None or e.armed_at is None:
             continue
         sid = e.schedule_id
-        e.prepared = dispatch_ids(occurrence_id(sid, e.version, f), sid)
+        e.prepared = dispatch_head(occurrence_id(sid, e.version, f), sid)
 
 
 def dispatch_stamp(enqueued_at_ms: int) -> bytes:
@@ -69,13 +72,13 @@ def dispatch_stamp(enqueued_at_ms: int) -> bytes:
 def encode_dispatch(
     o: DueOccurrence, stamp: bytes, header_of: Callable[[str], bytes] = single_object
 ) -> bytes:
-    """The dispatch record of ``o`` (its prepared ids, or ones encoded now) stamped with the tick."""
-    ids = o.prepared
-    if ids is None:
-        ids = dispatch_ids(o.occurrence_id, o.schedule_id)
+    """The dispatch record of ``o`` (its prepared head, or one encoded now) stamped with the tick."""
+    head = o.prepared
+    if head is None:
+        head = dispatch_head(o.occurrence_id, o.schedule_id)
     run = dispatch_run(o.tenant, o.version, o.scheduled_for * 1000, o.available_at * 1000)
-    return dispatch_record(header_of(o.tenant), ids, run, stamp, o.attempt, _LANE_INDEX[o.lane], o.handler,
-                           o.payload, None)
+    return dispatch_record(header_of(o.tenant), head, o.schedule_id.encode(), run, stamp, o.attempt,
+                           _LANE_INDEX[o.lane], o.handler, o.payload, None)
 
 
 Send = Callable[[str, "Messages", int], None]
@@ -105,7 +108,7 @@ def produce_dispatch(
     run_f = run_a = -1
     out: Messages = []
     for occ in occs:
-        sid, tenant, version, f, avail, lane, handler, payload, attempt, ids = occ  # DueOccurrence, in order
+        sid, tenant, version, f, avail, lane, handler, payload, attempt, head = occ  # a DueOccurrence
         if tenant is not last:  # a tick's dispatch comes in runs of one tenant
             if out:
                 send(topic, out, partition)
@@ -118,10 +121,11 @@ def produce_dispatch(
         run = runs.get(version)
         if run is None:  # schedules updated since their creation interleave their versions
             run = runs[version] = run_of(tenant, version, f * 1000, avail * 1000)
-        if ids is None:
-            ids = dispatch_ids(occ.occurrence_id, sid)
-        out.append({"value": record(header, ids, run, stamp, attempt, lanes[lane], handler, payload, None),
-                    "key": sid.encode()})
+        if head is None:
+            head = dispatch_head(occ.occurrence_id, sid)
+        key = sid.encode()
+        value = record(header, head, key, run, stamp, attempt, lanes[lane], handler, payload, None)
+        out.append({"value": value, "key": key})
         if len(out) == DISPATCH_RUN_MAX:
             send(topic, out, partition)
             out = []

@@ -502,10 +502,12 @@ def _events_record(header: bytes, bodies: list[bytes]) -> bytes:
     return b"".join((header, avro_long(len(bodies)), b"".join(bodies), b"\x00"))
 
 
-def occurrence_ids(occurrence_id: str, schedule_id: str) -> bytes:
-    """The part of an ``Occurrence`` (dispatch) record that is one occurrence's own: its first two
-    fields (:mod:`scheduler.records.dispatch`), what the processor encodes ahead of the instant."""
-    return avro_string(occurrence_id) + avro_string(schedule_id)
+def occurrence_head(occurrence_id: str, schedule_id: str) -> bytes:
+    """The part of an ``Occurrence`` (dispatch) record that is one occurrence's own, up to its
+    schedule id's bytes: its first field and the second's length (:mod:`scheduler.records.dispatch`),
+    what the processor encodes ahead of the instant. The schedule id's bytes are the record's key,
+    which the processor encodes as it fires anyway."""
+    return avro_string(occurrence_id) + avro_long(len(schedule_id.encode()))
 
 
 def occurrence_run(tenant: str, version: int, scheduled_for_ms: int, available_at_ms: int) -> bytes:
@@ -516,11 +518,12 @@ def occurrence_run(tenant: str, version: int, scheduled_for_ms: int, available_a
 
 
 def occurrence_record(
-    header: bytes, ids: bytes, run: bytes, stamp: bytes, attempt: int, lane_index: int, handler: str,
-    payload: bytes, deadline_ms: int | None,
+    header: bytes, head: bytes, key: bytes, run: bytes, stamp: bytes, attempt: int, lane_index: int,
+    handler: str, payload: bytes, deadline_ms: int | None,
 ) -> bytes:
-    """A whole ``Occurrence`` record: ``header``, its ``ids`` (:func:`occurrence_ids`) and ``run``
-    (:func:`occurrence_run`), the encoded ``enqueued_at_ms`` (``stamp``), then the fields after it
+    """A whole ``Occurrence`` record: ``header``, its ``head`` (:func:`occurrence_head`), its
+    schedule id as the UTF-8 ``key`` the record is sent with, ``run`` (:func:`occurrence_run`),
+    the encoded ``enqueued_at_ms`` (``stamp``), then the fields after it
     (``lane_index``: the lane's position among the enum's symbols), in one join. A burst writes
     one per occurrence, and schedules rarely share a payload: no cached tail to look up first.
 
@@ -529,7 +532,8 @@ def occurrence_record(
         raise ValueError(f"field attempt: {attempt!r} must be 1..2147483647")
     return b"".join((
         header,
-        ids,
+        head,
+        key,
         run,
         stamp,
         avro_long(attempt),
