@@ -188,7 +188,6 @@ def test_compiled_dispatch_writers_equal_their_source(occ: Occurrence) -> None:
             fn(*pieces, 0, *tail[1:])
 
 
-
 def test_the_cached_name_encoding_stays_the_string_encoding_past_the_cache_size() -> None:
     """``avro_name`` (a handler's encoding, cached) equals ``avro_string`` for more distinct names
     than its cache holds, the first ones again after the cache was emptied, and non-ASCII."""
@@ -197,6 +196,7 @@ def test_the_cached_name_encoding_stays_the_string_encoding_past_the_cache_size(
     for mod in (pure, compiled):
         for name in [*names, *names[:20]]:
             assert mod.avro_name(name) == pure.avro_string(name)
+            assert len(mod._NAMES) <= pure._NAMES_LIMIT
 
 def test_a_varint_past_64_bits_is_no_long_compiled_or_not() -> None:
     """The hand readers refuse what no writer of a long can write (fastavro wraps it around), and

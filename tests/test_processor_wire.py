@@ -32,7 +32,7 @@ def test_prepared_ids_give_the_records_encoded_at_firing_time() -> None:
     ahead, late = _loaded(), _loaded()
     batches = []
     while batch := ahead.to_prepare(T0 + 120, 7):  # resumes across calls
-        wire.prepare_ids(batch)
+        wire.prepare_heads(batch)
         batches.append(len(batch))
     assert sum(batches) == 40 and max(batches) == 7
     assert all(e.prepared is not None for e in ahead.entries.values())
@@ -54,7 +54,7 @@ def test_prepared_ids_give_the_records_encoded_at_firing_time() -> None:
 
 def test_an_update_drops_the_prepared_ids() -> None:
     s = _loaded()
-    wire.prepare_ids(s.to_prepare(T0 + 120, 100))
+    wire.prepare_heads(s.to_prepare(T0 + 120, 100))
     sp = ScheduleSpec(kind="cron", cron="5 * * * *", timezone="UTC", handler="h2")
     s.apply(kind="UPDATE", request_id="u", tenant="a", schedule_id="s00", idempotency_key=None,
             expected_version=1, spec=sp, issued_at=T0 - 20, now=T0 - 20)

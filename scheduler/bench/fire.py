@@ -1,14 +1,14 @@
 """``ksched bench fire``: the processor's firing path in-process, without Kafka, in CPU µs.
 
 N daily schedules of one tenant are created in a :class:`~scheduler.processor.shard.Shard`, their
-dispatch records' ids prepared as the processor does ahead of the instant, then the instant's ticks
+dispatch records' heads prepared as the processor does ahead of the instant, then the instant's ticks
 run (``due`` with the tick budget, inside ``Heap.quiet`` as the processor runs them) and every
 dispatch record is encoded and handed to a ``send`` that drops it, by the processor's own
 :func:`scheduler.processor.wire.produce_dispatch`. The figures are the main thread's CPU
 time per occurrence for ``due`` and for encoding, so they hold on a loaded machine where the
 burst's wall-clock figures do not; ``ksched bench burst`` measures the whole path against the
-broker. Also reported: RSS per armed schedule and what the prepared ids add
-(``prepared_head_bytes_per_schedule``, named when the whole head was prepared).
+broker. Also reported: RSS per armed schedule and what the prepared heads add
+(``prepared_head_bytes_per_schedule``: the occurrence id and the schedule id's length).
 
 ``--kind once``: one-time schedules instead, each completed by its fire; their COMPLETED records
 (two ``Schedule`` encodings each, as the checkpoint writes them) are timed apart
@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     rss_armed = _rss()
     while True:  # as the processor's idle time does within prepare_ahead_s of the instant
         batch = shard.to_prepare(due + 30, 500)
-        wire.prepare_ids(batch)
+        wire.prepare_heads(batch)
         if len(batch) < 500:
             break
     _trim()

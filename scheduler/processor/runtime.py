@@ -375,7 +375,7 @@ class Processor:
         return got
 
     def _prepare_ahead(self, idle_s: float) -> float:
-        """Spend the idle part of ``idle_s`` encoding the ids of dispatch records due within
+        """Spend the idle part of ``idle_s`` encoding the heads of dispatch records due within
         ``prepare_ahead_s``; returns the idle time left for the poll."""
         horizon = self.settings.prepare_ahead_s
         if horizon <= 0 or idle_s <= 0.002:
@@ -386,7 +386,7 @@ class Processor:
         for owned in list(self.owned.values()):
             while time.monotonic() < deadline:
                 batch = owned.shard.to_prepare(until, 500)
-                wire.prepare_ids(batch)
+                wire.prepare_heads(batch)
                 if len(batch) < 500:
                     break
         return max(0.0, idle_s - (time.monotonic() - started))

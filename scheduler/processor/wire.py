@@ -49,7 +49,7 @@ def lit(value: str) -> Any:
     return value
 
 
-def prepare_ids(entries: Iterable[Entry]) -> None:
+def prepare_heads(entries: Iterable[Entry]) -> None:
     """Encode, ahead of time, the head of each armed entry's next dispatch record: its occurrence id
     (a hash) and its schedule id's length (:func:`scheduler.records.dispatch.dispatch_head`). The
     schedule id's bytes are the record's key, written as it fires; the rest is shared by the

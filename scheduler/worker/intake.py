@@ -273,8 +273,16 @@ class Intake:
             log.warning("pause at shutdown failed: %s", exc)
 
     def close(self) -> None:
-        """Deliver the reports of what finished, commit it, leave the group."""
+        """Deliver the reports of what finished, commit it, leave the group. Reports still
+        undelivered after that are logged: their offsets were not committed, so their
+        occurrences run again on the next owner (the idempotency store dedupes the effect)."""
         self.producer.flush(10)
         self.commit(force=True)
         self.consumer.close()  # the revocation it triggers commits nothing new
-        self.producer.flush(5)
+        # The closed consumer keeps this intake's rebalance callbacks: without this, the pair is a
+        # cycle that only a collection frees (never, after gc.freeze()), and the producer with it.
+        del self.consumer
+        left = self.producer.flush(5)
+        if left:
+            log.warning("worker %s: %d reports undelivered at shutdown; their occurrences will run "
+                        "again elsewhere", self.worker_id, left)

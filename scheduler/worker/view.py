@@ -273,8 +273,9 @@ class VersionsView:
         self._notify(sid, state)
 
     def _notify(self, sid: str, state: VersionState | None) -> None:
-        if self._on_change is not None and self._caught_up.is_set():
-            self._on_change(sid, state)
+        on_change = self._on_change  # read once: a stopping worker clears it from its own thread
+        if on_change is not None and self._caught_up.is_set():
+            on_change(sid, state)
 
     def _malformed(self, m: Message, why: str) -> None:
         log.warning("versions view: skipped %s[%s]@%s: %s", m.topic(), m.partition(), m.offset(), why)
