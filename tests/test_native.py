@@ -198,6 +198,7 @@ def test_the_cached_name_encoding_stays_the_string_encoding_past_the_cache_size(
             assert mod.avro_name(name) == pure.avro_string(name)
             assert len(mod._NAMES) <= pure._NAMES_LIMIT
 
+
 def test_a_varint_past_64_bits_is_no_long_compiled_or_not() -> None:
     """The hand readers refuse what no writer of a long can write (fastavro wraps it around), and
     read the longs at both ends of the range."""

@@ -28,7 +28,7 @@ def _emit(s: Shard, now: int) -> list[bytes]:
     return [wire.encode_dispatch(o, stamp) for o in s.due(now, 1000, float(now)).dispatch]
 
 
-def test_prepared_ids_give_the_records_encoded_at_firing_time() -> None:
+def test_prepared_heads_give_the_records_encoded_at_firing_time() -> None:
     ahead, late = _loaded(), _loaded()
     batches = []
     while batch := ahead.to_prepare(T0 + 120, 7):  # resumes across calls
@@ -52,7 +52,7 @@ def test_prepared_ids_give_the_records_encoded_at_firing_time() -> None:
     assert all(e.prepared is None for e in ahead.entries.values())
 
 
-def test_an_update_drops_the_prepared_ids() -> None:
+def test_an_update_drops_the_prepared_head() -> None:
     s = _loaded()
     wire.prepare_heads(s.to_prepare(T0 + 120, 100))
     sp = ScheduleSpec(kind="cron", cron="5 * * * *", timezone="UTC", handler="h2")

@@ -287,7 +287,7 @@ class Worker:
         intake.close()
         # The clients go with their last reference: a stopped worker that its caller keeps (an
         # embedding service, a test) or that a gc.freeze() made uncollectable holds no producer,
-        # its librdkafka threads or its connections. The handlers' callbacks held the executor.
+        # its librdkafka threads or its connections. The view's callback held the executor.
         self.view.set_on_change(None)
         self._intake = self._beats = None
         if abandoned:
